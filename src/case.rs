@@ -1,0 +1,284 @@
+//! The case model shared by every protocol: an addressable record with a
+//! stable id, a level, the requirements it checks, and protocol-specific
+//! steps. Cases are data: they live in `corpus/<protocol>/cases/*.json`,
+//! embedded in the binary, and `--case` adds or overrides them from files.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How binding a requirement is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Level {
+    #[serde(rename = "MUST")]
+    Must,
+    #[serde(rename = "SHOULD")]
+    Should,
+    #[serde(rename = "MAY")]
+    May,
+    /// Seen and worth knowing; never a failure.
+    #[serde(rename = "INFO")]
+    Info,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Must => "MUST",
+            Level::Should => "SHOULD",
+            Level::May => "MAY",
+            Level::Info => "INFO",
+        }
+    }
+}
+
+/// When a case runs. Disruptive cases (malformed input, early closes) run
+/// one at a time after the others, so a target they break takes down no
+/// unrelated case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    #[default]
+    Main,
+    Disruptive,
+}
+
+/// One conformance case. `S` is the protocol's step type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, bound(deserialize = "S: Deserialize<'de>"))]
+pub struct Case<S> {
+    pub id: String,
+    pub title: String,
+    pub level: Level,
+    pub requirements: Vec<String>,
+    /// Capabilities the target must declare for the case to apply; without
+    /// them the case is skipped with that reason.
+    #[serde(default)]
+    pub needs: Vec<String>,
+    #[serde(default)]
+    pub phase: Phase,
+    /// Repeat the steps for each item of a list the target declared (for
+    /// agent-socket: `tool`), inside this one case so its id stays stable.
+    #[serde(default)]
+    pub for_each: Option<String>,
+    pub steps: Vec<S>,
+    /// Steps that always run after `steps`, to clean up; their failures are
+    /// reported but do not change the outcome.
+    #[serde(default = "Vec::new")]
+    pub finally: Vec<S>,
+    /// Why the case reads the source the way it does, where that needs saying.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Where the case came from: the corpus path or the `--case` file.
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// A case file that could not be used: the user's (or the corpus's) fault.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseFileError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Parses a case file's text; `origin` names it in errors.
+pub fn parse_cases<S: DeserializeOwned>(
+    origin: &str,
+    text: &str,
+) -> Result<Vec<Case<S>>, CaseFileError> {
+    let invalid = |message: String| CaseFileError::Invalid {
+        path: origin.to_owned(),
+        message,
+    };
+    // Parse once as a loose value first, so a bad case names its id.
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+    let items: Vec<serde_json::Value> = match value {
+        serde_json::Value::Object(ref o) if o.contains_key("cases") => match &o["cases"] {
+            serde_json::Value::Array(a) => a.clone(),
+            _ => return Err(invalid("`cases` must be a list".into())),
+        },
+        other => vec![other],
+    };
+    let mut cases = Vec::with_capacity(items.len());
+    for item in items {
+        let id = item
+            .get("id")
+            .and_then(|v| v.as_str())
+            .unwrap_or("<no id>")
+            .to_owned();
+        let mut case: Case<S> =
+            serde_json::from_value(item).map_err(|e| invalid(format!("case {id}: {e}")))?;
+        if case.id.is_empty() || case.id.chars().any(char::is_whitespace) {
+            return Err(invalid(format!(
+                "case id {:?} is empty or has spaces",
+                case.id
+            )));
+        }
+        if case.requirements.is_empty() {
+            return Err(invalid(format!("case {id}: names no requirement")));
+        }
+        case.origin = origin.to_owned();
+        cases.push(case);
+    }
+    Ok(cases)
+}
+
+/// Reads `--case` paths: files, or directories searched for `*.json`.
+pub fn read_case_paths(paths: &[PathBuf]) -> Result<Vec<(String, String)>, CaseFileError> {
+    let mut out = Vec::new();
+    for path in paths {
+        collect(path, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn collect(path: &Path, out: &mut Vec<(String, String)>) -> Result<(), CaseFileError> {
+    let io = |source| CaseFileError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for entry in entries {
+            if entry.is_dir() || entry.extension().is_some_and(|e| e == "json") {
+                collect(&entry, out)?;
+            }
+        }
+        return Ok(());
+    }
+    // Case files are small; refuse anything that is not.
+    const MAX_CASE_FILE: u64 = 16 * 1024 * 1024;
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_CASE_FILE {
+        return Err(CaseFileError::Invalid {
+            path: path.display().to_string(),
+            message: format!("{len} bytes is over the case-file limit of {MAX_CASE_FILE}"),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    out.push((path.display().to_string(), text));
+    Ok(())
+}
+
+/// Merges cases: a later case with an id already seen replaces the earlier
+/// one in place; ids that are new are appended. Duplicate ids inside the
+/// embedded corpus are an error (see the corpus tests).
+pub fn merge<S>(base: Vec<Case<S>>, overrides: Vec<Case<S>>) -> Vec<Case<S>> {
+    let mut out = base;
+    let mut index: BTreeMap<String, usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.id.clone(), i))
+        .collect();
+    for case in overrides {
+        match index.get(&case.id) {
+            Some(&i) => out[i] = case,
+            None => {
+                index.insert(case.id.clone(), out.len());
+                out.push(case);
+            }
+        }
+    }
+    out
+}
+
+/// Matches a case id against `--filter`: comma-separated patterns, each a
+/// glob (`*`, `?`) or, without wildcards, an id prefix.
+pub fn filter_matches(filter: &str, id: &str) -> bool {
+    filter
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| {
+            if p.contains(['*', '?']) {
+                glob(p.as_bytes(), id.as_bytes())
+            } else {
+                id.starts_with(p)
+            }
+        })
+}
+
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    // Iterative wildcard match with one backtrack point: linear in practice.
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_takes_prefixes_and_globs() {
+        assert!(filter_matches(
+            "agent-socket/sandbox",
+            "agent-socket/sandbox/execute/exit-code"
+        ));
+        assert!(filter_matches(
+            "*/execute/*",
+            "agent-socket/sandbox/execute/exit-code"
+        ));
+        assert!(filter_matches(
+            "x,agent-socket/hand*",
+            "agent-socket/handshake/version"
+        ));
+        assert!(!filter_matches(
+            "agent-socket/tools",
+            "agent-socket/sandbox/execute/exit-code"
+        ));
+        assert!(!filter_matches("*/read?", "a/readFile"));
+        assert!(filter_matches("*/read????", "a/readFile"));
+    }
+
+    #[test]
+    fn a_later_case_replaces_one_with_the_same_id() {
+        let text = r#"{"cases":[{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[1]},
+                                 {"id":"b","title":"B","level":"MAY","requirements":["r"],"steps":[]}]}"#;
+        let base: Vec<Case<u8>> = parse_cases("base", text).unwrap();
+        let over: Vec<Case<u8>> = parse_cases(
+            "over",
+            r#"{"id":"a","title":"A2","level":"SHOULD","requirements":["r"],"steps":[2]}"#,
+        )
+        .unwrap();
+        let merged = merge(base, over);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].title, "A2");
+        assert_eq!(merged[0].origin, "over");
+    }
+
+    #[test]
+    fn unknown_fields_and_missing_requirements_are_refused() {
+        let bad =
+            r#"{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[],"stpes":[]}"#;
+        assert!(parse_cases::<u8>("f", bad).is_err());
+        let none = r#"{"id":"a","title":"A","level":"MUST","requirements":[],"steps":[]}"#;
+        assert!(parse_cases::<u8>("f", none).is_err());
+    }
+}

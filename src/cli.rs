@@ -1,0 +1,290 @@
+//! The `conform` command line (DESIGN.md: extend it, never break it).
+
+use crate::case::{self, filter_matches};
+use crate::error::RunError;
+use crate::protocols::{Protocol, agent_socket};
+use crate::report::{self, Format};
+use crate::target::Target;
+use clap::{Args, Parser, Subcommand};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "conform",
+    version,
+    about = "Conformance test harness and fuzzer for agent JSON-RPC protocols"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a protocol's conformance suite against a target.
+    Run(RunArgs),
+    /// List a protocol's cases with ids, levels and requirements.
+    List(ListArgs),
+    /// Serve conform's reference implementation of a role (the `builtin` target).
+    Reference(ReferenceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    /// The role under test (agent-socket: server).
+    #[arg(long)]
+    pub role: Option<String>,
+    /// builtin, exec:<command line> (with {socket} for agent-socket), or unix:<path>.
+    #[arg(long, default_value = "builtin")]
+    pub target: String,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Write the report here instead of standard output.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Case files or directories that add to or override the embedded corpus.
+    #[arg(long = "case")]
+    pub cases: Vec<PathBuf>,
+    /// Run only cases whose id starts with, or matches the glob, PATTERN (comma-separated).
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// A broken SHOULD fails the run.
+    #[arg(long)]
+    pub strict: bool,
+    /// How many cases run at once (disruptive cases always run alone).
+    #[arg(short = 'j', long = "jobs")]
+    pub jobs: Option<usize>,
+    /// How long an exec: target has to start accepting connections.
+    #[arg(long, default_value_t = 10.0)]
+    pub startup_timeout: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    #[arg(long)]
+    pub role: Option<String>,
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReferenceArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    /// The Unix socket to listen on (agent-socket).
+    #[arg(long)]
+    pub listen: PathBuf,
+    /// The sandbox workspace; by default a fresh temporary directory.
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+}
+
+/// Runs the command line and returns the process exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("conform: cannot start the runtime: {e}");
+            return 2;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = dispatch(cli) => r,
+            _ = tokio::signal::ctrl_c() => Err(RunError::Usage("interrupted".into())),
+        }
+    });
+    // Whatever a case left running is stopped with the runtime.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("conform: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, RunError> {
+    let roles = protocol.roles();
+    let role = match role {
+        None => roles[0],
+        Some(r) => roles.iter().copied().find(|x| *x == r).ok_or_else(|| {
+            RunError::Usage(format!(
+                "{} has no role {r:?}; its roles are {}",
+                protocol.id(),
+                roles.join(", ")
+            ))
+        })?,
+    };
+    if protocol != Protocol::AgentSocket || role != "server" {
+        return Err(RunError::Usage(format!(
+            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server is",
+            protocol.id()
+        )));
+    }
+    Ok(role)
+}
+
+async fn dispatch(cli: Cli) -> Result<i32, RunError> {
+    match cli.command {
+        Command::Run(args) => run(args).await,
+        Command::List(args) => list(args),
+        Command::Reference(args) => reference(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> Result<i32, RunError> {
+    check_role(args.protocol, args.role.as_deref())?;
+    let target: Target = args
+        .target
+        .parse()
+        .map_err(|e| RunError::Usage(format!("--target: {e}")))?;
+    if !(args.startup_timeout > 0.0 && args.startup_timeout <= 3600.0) {
+        return Err(RunError::Usage(
+            "--startup-timeout is between 0 and 3600 seconds".into(),
+        ));
+    }
+    let extra = case::read_case_paths(&args.cases)?;
+    let mut cases = agent_socket::load_cases(&extra)?;
+    if let Some(f) = &args.filter {
+        cases.retain(|c| filter_matches(f, &c.id));
+    }
+    if cases.is_empty() {
+        return Err(RunError::Usage(
+            "no case selected: a run of zero cases proves nothing".into(),
+        ));
+    }
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2)
+            * 2
+    });
+    let options = agent_socket::RunOptions {
+        target,
+        jobs: jobs.max(1),
+        strict: args.strict,
+        startup_timeout: Duration::from_secs_f64(args.startup_timeout),
+    };
+    // Progress: on stdout for a human report there, else on stderr when it is a terminal.
+    let live_stdout = args.format == Format::Human && args.output.is_none();
+    let live_stderr = !live_stdout && std::io::stderr().is_terminal();
+    let mut progress = |r: &crate::outcome::CaseResult, done: usize, total: usize| {
+        let line = report::progress_line(r, done, total);
+        if live_stdout {
+            println!("{line}");
+        } else if live_stderr {
+            eprintln!("{line}");
+        }
+    };
+    let report = agent_socket::run(&options, cases, &mut progress).await?;
+    let text = report::render(&report, args.format);
+    match &args.output {
+        Some(path) => std::fs::write(path, &text)
+            .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+    Ok(report.exit_code())
+}
+
+fn list(args: ListArgs) -> Result<i32, RunError> {
+    check_role(args.protocol, args.role.as_deref())?;
+    let mut cases = agent_socket::load_cases(&[])?;
+    if let Some(f) = &args.filter {
+        cases.retain(|c| filter_matches(f, &c.id));
+    }
+    if cases.is_empty() {
+        return Err(RunError::Usage("no case selected".into()));
+    }
+    let catalogue = agent_socket::catalogue();
+    if args.json {
+        let items: Vec<serde_json::Value> = cases
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "id": c.id, "title": c.title, "level": c.level, "needs": c.needs,
+                    "requirements": c.requirements.iter().map(|r| catalogue.get(r)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&items).unwrap_or_default()
+        );
+        return Ok(0);
+    }
+    for c in &cases {
+        let needs = if c.needs.is_empty() {
+            String::new()
+        } else {
+            format!("  (needs {})", c.needs.join(", "))
+        };
+        println!("{:<6} {}  {}{needs}", c.level.as_str(), c.id, c.title);
+        for r in &c.requirements {
+            if let Some(req) = catalogue.get(r) {
+                println!(
+                    "         {} [{} {}] {}: \"{}\"",
+                    req.id,
+                    req.level.as_str(),
+                    req.role,
+                    req.source,
+                    req.quote
+                );
+            }
+        }
+    }
+    println!("\n{} cases", cases.len());
+    Ok(0)
+}
+
+async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
+    if args.protocol != Protocol::AgentSocket {
+        return Err(RunError::Usage(format!(
+            "no reference for {} in this version yet",
+            args.protocol.id()
+        )));
+    }
+    let (_tmp, workspace) = match args.workspace {
+        Some(w) => (None, w),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("conform-as-workspace-")
+                .tempdir()
+                .map_err(|e| RunError::Conform(e.to_string()))?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    let (task, running) = agent_socket::start_reference(&args.listen, &workspace)
+        .await
+        .map_err(|e| RunError::Usage(format!("cannot listen on {}: {e}", args.listen.display())))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| RunError::Conform(e.to_string()))?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    task.abort();
+    running.kill_all();
+    let _ = std::fs::remove_file(&args.listen);
+    Ok(0)
+}

@@ -1,0 +1,255 @@
+//! JSON-RPC 2.0 envelopes, sans-IO.
+//!
+//! Two readings of a reply line: [`classify_reply`] is lenient and follows the
+//! real client (an `error` that is not null makes it an error reply, whatever
+//! else it carries), so a case can look at what the target meant; and
+//! [`envelope_violations`] lists every rule of JSON-RPC 2.0 §5 the reply
+//! breaks, for the cases that grade the envelope itself.
+
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// A JSON-RPC error code. An open space: a code the target sends that has no
+/// name here survives into the report as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorCode(pub i64);
+
+impl ErrorCode {
+    pub const PARSE_ERROR: ErrorCode = ErrorCode(-32700);
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(-32600);
+    pub const METHOD_NOT_FOUND: ErrorCode = ErrorCode(-32601);
+    pub const INVALID_PARAMS: ErrorCode = ErrorCode(-32602);
+    pub const INTERNAL_ERROR: ErrorCode = ErrorCode(-32603);
+
+    /// The name JSON-RPC 2.0 gives the code, if it gives one.
+    pub fn standard_name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::PARSE_ERROR => "Parse error",
+            Self::INVALID_REQUEST => "Invalid Request",
+            Self::METHOD_NOT_FOUND => "Method not found",
+            Self::INVALID_PARAMS => "Invalid params",
+            Self::INTERNAL_ERROR => "Internal error",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.standard_name() {
+            Some(name) => write!(f, "{} ({name})", self.0),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// What a reply line meant, read the lenient way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyKind {
+    /// `error` is not null.
+    Error {
+        code: Option<ErrorCode>,
+        message: Option<String>,
+        data: Option<Value>,
+    },
+    /// `error` is null or absent and `result` is not null.
+    Result(Value),
+    /// Neither an error nor a result.
+    Empty,
+}
+
+/// A reply line parsed as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub object: Map<String, Value>,
+    pub kind: ReplyKind,
+}
+
+/// Why a reply line could not be read as a JSON-RPC message at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyParseError {
+    #[error("the reply is not UTF-8: {0}")]
+    NotUtf8(String),
+    #[error("the reply is not JSON: {0}")]
+    NotJson(String),
+    #[error("the reply is JSON but not an object")]
+    NotObject,
+}
+
+/// Parses one reply line (without its newline) the way the real client does.
+pub fn classify_reply(line: &[u8]) -> Result<Reply, ReplyParseError> {
+    let text = std::str::from_utf8(line).map_err(|e| ReplyParseError::NotUtf8(e.to_string()))?;
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ReplyParseError::NotJson(e.to_string()))?;
+    let Value::Object(object) = value else {
+        return Err(ReplyParseError::NotObject);
+    };
+    let kind = match (object.get("error"), object.get("result")) {
+        (Some(error), _) if !error.is_null() => ReplyKind::Error {
+            code: error.get("code").and_then(Value::as_i64).map(ErrorCode),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            data: error.get("data").cloned(),
+        },
+        (_, Some(result)) if !result.is_null() => ReplyKind::Result(result.clone()),
+        _ => ReplyKind::Empty,
+    };
+    Ok(Reply { object, kind })
+}
+
+/// Every JSON-RPC 2.0 response-object rule the reply breaks, given the id of
+/// the request it answers (`None` when the request could not be read, so the
+/// id must be null).
+pub fn envelope_violations(reply: &Reply, request_id: Option<&Value>) -> Vec<String> {
+    let mut out = Vec::new();
+    let o = &reply.object;
+    // "jsonrpc: A String specifying the version of the JSON-RPC protocol. MUST be exactly "2.0"."
+    match o.get("jsonrpc") {
+        Some(Value::String(s)) if s == "2.0" => {}
+        Some(other) => out.push(format!("`jsonrpc` is {other}, not \"2.0\"")),
+        None => out.push("`jsonrpc` is missing".into()),
+    }
+    // "Either the result member or error member MUST be included, but both members MUST NOT be included."
+    match (o.contains_key("result"), o.contains_key("error")) {
+        (true, true) => out.push("the reply carries both `result` and `error`".into()),
+        (false, false) => out.push("the reply carries neither `result` nor `error`".into()),
+        _ => {}
+    }
+    // "id: ... It MUST be the same as the value of the id member in the Request
+    // Object. If there was an error in detecting the id in the Request Object
+    // (e.g. Parse error/Invalid Request), it MUST be Null."
+    let expected = request_id.cloned().unwrap_or(Value::Null);
+    match o.get("id") {
+        None => out.push("`id` is missing".into()),
+        Some(id) if !same_id(id, &expected) => {
+            out.push(format!("`id` is {id}, the request's was {expected}"))
+        }
+        _ => {}
+    }
+    if let Some(error) = o.get("error") {
+        match error {
+            Value::Object(e) => {
+                // "code: A Number that indicates the error type that occurred. This MUST be an integer."
+                match e.get("code") {
+                    Some(c) if c.is_i64() || c.is_u64() => {}
+                    Some(c) => out.push(format!("`error.code` is {c}, not an integer")),
+                    None => out.push("`error.code` is missing".into()),
+                }
+                // "message: A String providing a short description of the error."
+                match e.get("message") {
+                    Some(Value::String(_)) => {}
+                    Some(m) => out.push(format!("`error.message` is {m}, not a string")),
+                    None => out.push("`error.message` is missing".into()),
+                }
+            }
+            other => out.push(format!("`error` is {other}, not an object")),
+        }
+    }
+    out
+}
+
+/// Ids are compared as JSON values, numbers by value (`1` and `1.0` differ in
+/// type, and JSON-RPC says ids "SHOULD NOT contain fractional parts").
+fn same_id(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => x.as_u64().zip(y.as_u64()).is_some_and(|(x, y)| x == y) || x == y,
+        },
+        _ => a == b,
+    }
+}
+
+/// True when `line` is JSON written without insignificant whitespace, the way
+/// `json.dumps(..., separators=(",", ":"))` writes it.
+pub fn is_compact_json(line: &[u8]) -> bool {
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in line {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b' ' | b'\t' | b'\r' | b'\n' => return false,
+                _ => {}
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reply(v: Value) -> Reply {
+        classify_reply(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_non_null_error_wins_over_a_result() {
+        let r = reply(
+            json!({"jsonrpc":"2.0","id":1,"result":{},"error":{"code":-32001,"message":"t"}}),
+        );
+        assert!(matches!(
+            r.kind,
+            ReplyKind::Error {
+                code: Some(ErrorCode(-32001)),
+                ..
+            }
+        ));
+        assert_eq!(envelope_violations(&r, Some(&json!(1))).len(), 1);
+    }
+
+    #[test]
+    fn null_error_and_result_is_empty() {
+        let r = reply(json!({"jsonrpc":"2.0","id":1,"result":null,"error":null}));
+        assert_eq!(r.kind, ReplyKind::Empty);
+    }
+
+    #[test]
+    fn id_must_echo_the_request() {
+        let r = reply(json!({"jsonrpc":"2.0","id":2,"result":{}}));
+        assert_eq!(
+            envelope_violations(&r, Some(&json!(2))),
+            Vec::<String>::new()
+        );
+        assert_eq!(envelope_violations(&r, Some(&json!(1))).len(), 1);
+        assert_eq!(envelope_violations(&r, Some(&json!("2"))).len(), 1);
+        let null_id =
+            reply(json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}));
+        assert!(envelope_violations(&null_id, None).is_empty());
+    }
+
+    #[test]
+    fn error_code_must_be_an_integer() {
+        let r = reply(json!({"jsonrpc":"2.0","id":1,"error":{"code":-32000.5,"message":"x"}}));
+        assert_eq!(envelope_violations(&r, Some(&json!(1))).len(), 1);
+    }
+
+    #[test]
+    fn unknown_codes_survive() {
+        assert_eq!(ErrorCode(-31999).to_string(), "-31999");
+        assert_eq!(
+            ErrorCode::METHOD_NOT_FOUND.to_string(),
+            "-32601 (Method not found)"
+        );
+    }
+
+    #[test]
+    fn compactness_ignores_whitespace_inside_strings() {
+        assert!(is_compact_json(br#"{"a":"b c","d":[1,2]}"#));
+        assert!(is_compact_json(br#"{"a":"q\" x"}"#));
+        assert!(!is_compact_json(br#"{"a": 1}"#));
+        assert!(!is_compact_json(br#"{"a":1, "b":2}"#));
+    }
+}

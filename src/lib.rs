@@ -1,0 +1,21 @@
+//! conform: a conformance test harness and fuzzer for agent JSON-RPC protocols.
+//!
+//! Layers, bottom up: `wire` (framing, sans-IO), `jsonrpc` (envelopes),
+//! `protocols::*::table` (each protocol written once), validators and the
+//! case model (sans-IO), `transport` (the only tokio I/O), the runner, the
+//! reports and the command line.
+
+pub mod case;
+pub mod cli;
+pub mod corpus;
+pub mod error;
+pub mod jsonrpc;
+pub mod matcher;
+pub mod outcome;
+pub mod protocols;
+pub mod report;
+pub mod requirements;
+pub mod runner;
+pub mod target;
+pub mod transport;
+pub mod wire;

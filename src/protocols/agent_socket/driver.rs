@@ -1,0 +1,908 @@
+//! Runs agent-socket cases against a server on a Unix socket, playing Vibe:
+//! one connection per request, one request line, one reply line.
+
+use super::steps::{Expect, NamedCheck, Raw, ReplyRule, Send, Step};
+use super::table::{self, Deadline};
+use super::validate::{self, DeclaredTool};
+use crate::case::Case;
+use crate::jsonrpc::{self, Reply, ReplyKind};
+use crate::matcher::{self, Vars, truncate};
+use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::transport::process::describe_status;
+use crate::transport::unix::{self, ReadOutcome};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How long conform waits to connect; the source sets no bound of its own.
+const CONNECT_WITHIN: Duration = Duration::from_secs(5);
+/// The wait for a reply where the source sets none (raw bytes, unknown methods).
+const DEFAULT_DEADLINE: f64 = 10.0;
+/// The wait for a command run with `timeout: null`, which Vibe would wait on forever.
+const UNBOUNDED_COMMAND_CAP: f64 = 120.0;
+/// How long `nothingAfter` listens past the reply line.
+const AFTER_REPLY_WINDOW: Duration = Duration::from_millis(300);
+
+/// What the handshake told conform about the server.
+#[derive(Debug, Clone, Default)]
+pub struct Declared {
+    /// Why the sandbox half cannot be used, or None when it can.
+    pub sandbox_unusable: Option<String>,
+    pub tools: Vec<DeclaredTool>,
+    pub tool_timeout: f64,
+    pub vars: Vars,
+    /// Why the handshake gave no usable reply at all.
+    pub handshake_failed: Option<String>,
+}
+
+/// A server under test, reachable on `socket`.
+pub struct Session {
+    pub socket: PathBuf,
+    /// The spawned target's exit status, when conform started it.
+    pub exit: Option<watch::Receiver<Option<ExitStatus>>>,
+    pub strict: bool,
+    pub declared: Declared,
+    next_id: AtomicI64,
+    next_uniq: AtomicI64,
+}
+
+impl Session {
+    pub fn new(
+        socket: PathBuf,
+        exit: Option<watch::Receiver<Option<ExitStatus>>>,
+        strict: bool,
+    ) -> Self {
+        Session {
+            socket,
+            exit,
+            strict,
+            declared: Declared::default(),
+            // Vibe's ids count from 1 for the life of the process.
+            next_id: AtomicI64::new(1),
+            next_uniq: AtomicI64::new(1),
+        }
+    }
+
+    fn target_note(&self) -> String {
+        match self.exit.as_ref().and_then(|rx| *rx.borrow()) {
+            Some(status) => format!(" (the target {})", describe_status(Some(status))),
+            None => String::new(),
+        }
+    }
+
+    /// The handshake that tells conform which halves the server serves. Its
+    /// own grading is left to the handshake cases.
+    pub async fn handshake(&mut self) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = request_line(&json!(id), "agent/initialize", &initialize_params(), false);
+        let deadline = Instant::now() + Duration::from_secs_f64(table::REQUEST_TIMEOUT_SECONDS);
+        let mut d = Declared {
+            tool_timeout: table::CLIENT_TOOL_TIMEOUT_SECONDS,
+            ..Declared::default()
+        };
+        d.vars
+            .set("vibeVersion", json!(table::MODELLED_VIBE_VERSION));
+        d.vars
+            .set("protocolVersion", json!(table::PROTOCOL_VERSION));
+        // A run of the size of the argument chunk Vibe's tool helper sends.
+        d.vars.set(
+            "bulk64k",
+            json!("x".repeat(table::HELPER_REQUEST_CHUNK_BYTES)),
+        );
+        let outcome = match unix::connect(&self.socket, CONNECT_WITHIN).await {
+            Ok(mut stream) => match unix::write_all(&mut stream, &line, deadline).await {
+                Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
+                Err(e) => ReadOutcome::Failed {
+                    error: e.to_string(),
+                    partial: vec![],
+                },
+            },
+            Err(e) => ReadOutcome::Failed {
+                error: format!("cannot connect: {e}"),
+                partial: vec![],
+            },
+        };
+        let result = match &outcome {
+            ReadOutcome::Line { line, .. } => match jsonrpc::classify_reply(line) {
+                Ok(Reply {
+                    kind: ReplyKind::Result(r),
+                    ..
+                }) if r.is_object() => Ok(r),
+                Ok(r) => Err(format!(
+                    "the handshake was not answered with a result object: {}",
+                    describe_kind(&r.kind)
+                )),
+                Err(e) => Err(e.to_string()),
+            },
+            other => Err(describe_failed_read(other, table::REQUEST_TIMEOUT_SECONDS)),
+        };
+        match result {
+            Err(why) => {
+                d.sandbox_unusable = Some(format!("the handshake failed: {why}"));
+                d.handshake_failed = Some(format!("{why}{}", self.target_note()));
+            }
+            Ok(r) => {
+                d.tools = validate::declared_tools(&r);
+                if let Some(t) = r.get("toolTimeoutSeconds").and_then(Value::as_f64)
+                    && t > 0.0
+                {
+                    d.tool_timeout = t;
+                }
+                let ws = r.get("workspace").filter(|v| !v.is_null());
+                let py = r.get("python").filter(|v| !v.is_null());
+                d.sandbox_unusable = match (ws, py) {
+                    (None, None) => Some(
+                        "the server declares no sandbox (workspace and python are null)".into(),
+                    ),
+                    (Some(Value::String(w)), Some(Value::String(p))) => {
+                        d.vars.set("workspace", json!(w));
+                        d.vars.set("python", json!(p));
+                        if w.starts_with('/') {
+                            None
+                        } else {
+                            Some(format!(
+                                "the declared workspace {w:?} is not absolute, so Vibe cannot use the sandbox"
+                            ))
+                        }
+                    }
+                    _ => Some(
+                        "workspace and python do not come together, so Vibe cannot use the sandbox"
+                            .into(),
+                    ),
+                };
+                d.vars.set("init", r);
+            }
+        }
+        self.declared = d;
+    }
+
+    /// Why a case does not apply to this server, if it does not.
+    pub fn skip_reason(&self, needs: &[String]) -> Option<String> {
+        for need in needs {
+            match need.as_str() {
+                "sandbox" => {
+                    if let Some(why) = &self.declared.sandbox_unusable {
+                        return Some(why.clone());
+                    }
+                }
+                "tools" => {
+                    if self.declared.handshake_failed.is_some() {
+                        return Some("the handshake failed".into());
+                    }
+                    if self.declared.tools.is_empty() {
+                        return Some("the server declares no tools".into());
+                    }
+                }
+                "handshake" => {
+                    if self.declared.handshake_failed.is_some() {
+                        return Some("the handshake failed".into());
+                    }
+                }
+                other => return Some(format!("unknown capability `{other}` in the case")),
+            }
+        }
+        None
+    }
+
+    /// Runs one case to its result.
+    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+        let started = Instant::now();
+        let mut run = CaseRun {
+            session: self,
+            started,
+            transcript: Arc::new(Mutex::new(Vec::new())),
+            findings: Vec::new(),
+            observations: Vec::new(),
+            conns: HashMap::new(),
+            vars: self.declared.vars.clone(),
+            conform_error: None,
+        };
+        let uniq = self.next_uniq.fetch_add(1, Ordering::Relaxed);
+        let slug: String = case
+            .id
+            .rsplit('/')
+            .next()
+            .unwrap_or("case")
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        let uniq = format!("{slug}-{}-{uniq}", std::process::id());
+        run.vars.set("uniq", json!(uniq));
+        if let Some(Value::String(ws)) = run.vars.get("workspace").cloned() {
+            run.vars
+                .set("scratch", json!(format!("{ws}/.conform-{uniq}")));
+        }
+        let outcome = if let Some(why) = self.skip_reason(&case.needs) {
+            run.observations.push(why);
+            Outcome::Skip
+        } else {
+            let rounds: Vec<Option<&DeclaredTool>> = match case.for_each.as_deref() {
+                Some("tool") => self.declared.tools.iter().map(Some).collect(),
+                _ => vec![None],
+            };
+            for tool in rounds {
+                if let Some(t) = tool {
+                    run.vars.set(
+                        "tool",
+                        json!({"name": t.full_name, "input": validate::example_input(&t.input_schema, 0)}),
+                    );
+                }
+                let before = run.findings.len();
+                run.steps(&case.steps).await;
+                if let Some(t) = tool {
+                    for f in &mut run.findings[before..] {
+                        *f = format!("tool {}: {f}", t.full_name);
+                    }
+                }
+                if run.conform_error.is_some() {
+                    break;
+                }
+            }
+            let main_findings = run.findings.len();
+            run.steps(&case.finally).await;
+            // Clean-up failures are worth knowing, not a verdict.
+            let cleanup: Vec<String> = run.findings.drain(main_findings..).collect();
+            run.observations
+                .extend(cleanup.into_iter().map(|f| format!("clean-up: {f}")));
+            for (name, handle) in run.conns.drain() {
+                handle.abort();
+                run.observations
+                    .push(format!("connection `{name}` was never awaited"));
+            }
+            if run.conform_error.is_some() {
+                Outcome::Error
+            } else {
+                Outcome::grade(case.level, !run.findings.is_empty(), self.strict)
+            }
+        };
+        let message = match outcome {
+            Outcome::Pass => String::new(),
+            Outcome::Error => run.conform_error.clone().unwrap_or_default(),
+            Outcome::Skip | Outcome::Info if run.findings.is_empty() => run.observations.join("; "),
+            _ => {
+                let mut m = run.findings.join("\n");
+                if case.level == crate::case::Level::Info && !run.observations.is_empty() {
+                    m = format!("{}\n{m}", run.observations.join("; "));
+                }
+                m
+            }
+        };
+        let transcript =
+            std::mem::take(&mut *run.transcript.lock().unwrap_or_else(|e| e.into_inner()));
+        CaseResult {
+            id: case.id.clone(),
+            title: case.title.clone(),
+            level: case.level,
+            requirements: case.requirements.clone(),
+            outcome,
+            message: message.trim().to_owned(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            transcript,
+        }
+    }
+}
+
+fn initialize_params() -> Value {
+    json!({"protocolVersion": table::PROTOCOL_VERSION, "vibeVersion": table::MODELLED_VIBE_VERSION})
+}
+
+/// A request as Vibe's `_encode` writes it: compact JSON and a newline.
+fn request_line(id: &Value, method: &str, params: &Value, notification: bool) -> Vec<u8> {
+    let mut msg = serde_json::Map::new();
+    msg.insert("jsonrpc".into(), json!("2.0"));
+    if !notification {
+        msg.insert("id".into(), id.clone());
+    }
+    msg.insert("method".into(), json!(method));
+    msg.insert("params".into(), params.clone());
+    let mut line = serde_json::to_vec(&Value::Object(msg)).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// A reply read on a connection, with when it came and what asked for it.
+struct Pending {
+    method: Option<String>,
+    request_id: Option<Value>,
+    deadline_s: f64,
+    deadline_why: String,
+    outcome: ReadOutcome,
+    rest: Option<Vec<u8>>,
+}
+
+struct CaseRun<'a> {
+    session: &'a Session,
+    started: Instant,
+    transcript: Arc<Mutex<Vec<TranscriptEntry>>>,
+    findings: Vec<String>,
+    observations: Vec<String>,
+    conns: HashMap<String, JoinHandle<Pending>>,
+    vars: Vars,
+    conform_error: Option<String>,
+}
+
+fn log(
+    transcript: &Mutex<Vec<TranscriptEntry>>,
+    started: Instant,
+    conn: &str,
+    dir: Direction,
+    data: &[u8],
+) {
+    let text = String::from_utf8_lossy(data);
+    let entry = TranscriptEntry {
+        t_ms: started.elapsed().as_millis() as u64,
+        conn: conn.to_owned(),
+        dir,
+        data: truncate(&text, TRANSCRIPT_ENTRY_LIMIT),
+    };
+    if let Ok(mut t) = transcript.lock() {
+        // A case's transcript is bounded too.
+        if t.len() < 200 {
+            t.push(entry);
+        }
+    }
+}
+
+impl CaseRun<'_> {
+    async fn steps(&mut self, steps: &[Step]) {
+        for (i, step) in steps.iter().enumerate() {
+            let before = self.findings.len();
+            self.step(i, step).await;
+            // A step that broke leaves later steps nothing sound to build on.
+            if self.findings.len() > before || self.conform_error.is_some() {
+                break;
+            }
+        }
+    }
+
+    async fn step(&mut self, index: usize, step: &Step) {
+        if let Some(secs) = step.sleep {
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            return;
+        }
+        if step.socket_mode {
+            self.check_socket_mode();
+            return;
+        }
+        if let Some(name) = &step.pending {
+            match self.conns.get(name) {
+                Some(h) if !h.is_finished() => {}
+                Some(_) => self.findings.push(format!(
+                    "the reply on connection `{name}` had already arrived: the server did not answer the other request while it ran"
+                )),
+                None => self.conform_error = Some(format!("step {index}: no connection `{name}` to check")),
+            }
+            return;
+        }
+        if let Some(name) = &step.await_conn {
+            let Some(handle) = self.conns.remove(name) else {
+                self.conform_error = Some(format!("step {index}: no connection `{name}` to await"));
+                return;
+            };
+            match handle.await {
+                Ok(p) => self.judge(step.expect.as_ref(), &p, name),
+                Err(e) => self.conform_error = Some(format!("connection `{name}`: {e}")),
+            }
+            return;
+        }
+        // A request: build its bytes.
+        let probe_send;
+        let send = if step.probe {
+            probe_send = Send {
+                method: "agent/initialize".into(),
+                params: initialize_params(),
+                id: None,
+                notification: false,
+            };
+            Some(&probe_send)
+        } else {
+            step.send.as_ref()
+        };
+        let (bytes, method, request_id, params) = match (send, &step.raw) {
+            (Some(send), _) => {
+                let params = match matcher::expand(&send.params, &self.vars) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.conform_error = Some(format!("step {index}: {e}"));
+                        return;
+                    }
+                };
+                let id = match &send.id {
+                    Some(id) => match matcher::expand(id, &self.vars) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            self.conform_error = Some(format!("step {index}: {e}"));
+                            return;
+                        }
+                    },
+                    None => json!(self.session.next_id.fetch_add(1, Ordering::Relaxed)),
+                };
+                let line = request_line(&id, &send.method, &params, send.notification);
+                let rid = (!send.notification).then_some(id);
+                (line, Some(send.method.clone()), rid, params)
+            }
+            (None, Some(Raw::Text(t))) => match matcher::expand(&json!(t), &self.vars) {
+                Ok(Value::String(s)) => (s.into_bytes(), None, None, Value::Null),
+                Ok(other) => (other.to_string().into_bytes(), None, None, Value::Null),
+                Err(e) => {
+                    self.conform_error = Some(format!("step {index}: {e}"));
+                    return;
+                }
+            },
+            (
+                None,
+                Some(Raw::Filled {
+                    prefix,
+                    fill,
+                    bytes,
+                    suffix,
+                }),
+            ) => {
+                let mut b = Vec::with_capacity(prefix.len() + bytes + suffix.len());
+                b.extend_from_slice(prefix.as_bytes());
+                let unit = if fill.is_empty() { "x" } else { fill.as_str() };
+                while b.len() < prefix.len() + bytes {
+                    b.extend_from_slice(unit.as_bytes());
+                }
+                b.truncate(prefix.len() + bytes);
+                b.extend_from_slice(suffix.as_bytes());
+                (b, None, None, Value::Null)
+            }
+            (None, None) => {
+                self.conform_error = Some(format!("step {index}: nothing to send"));
+                return;
+            }
+        };
+        let (deadline_s, deadline_why) = self.deadline_for(step, method.as_deref(), &params);
+        let conn_name = step.conn.clone().unwrap_or_else(|| format!("c{index}"));
+        let expect = step.expect.clone();
+        let want_rest = expect.as_ref().is_some_and(|e| e.nothing_after);
+        let socket = self.session.socket.clone();
+        let transcript = self.transcript.clone();
+        let started = self.started;
+        let close = step.close;
+        let name = conn_name.clone();
+        let task = async move {
+            let deadline = Instant::now() + Duration::from_secs_f64(deadline_s);
+            let mut stream = match unix::connect(&socket, CONNECT_WITHIN).await {
+                Ok(s) => s,
+                Err(e) => {
+                    return Pending {
+                        method,
+                        request_id,
+                        deadline_s,
+                        deadline_why,
+                        outcome: ReadOutcome::Failed {
+                            error: format!("cannot connect to {}: {e}", socket.display()),
+                            partial: vec![],
+                        },
+                        rest: None,
+                    };
+                }
+            };
+            log(&transcript, started, &name, Direction::Sent, &bytes);
+            let outcome = match unix::write_all(&mut stream, &bytes, deadline).await {
+                Err(e) => ReadOutcome::Failed {
+                    error: format!("writing the request failed: {e}"),
+                    partial: vec![],
+                },
+                Ok(()) if close => {
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        b"conform closed the connection",
+                    );
+                    ReadOutcome::Closed { partial: vec![] }
+                }
+                Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
+            };
+            let mut rest = None;
+            match &outcome {
+                ReadOutcome::Line { line, after } => {
+                    let mut shown = line.clone();
+                    shown.push(b'\n');
+                    log(&transcript, started, &name, Direction::Received, &shown);
+                    if want_rest {
+                        let mut r = after.clone();
+                        r.extend(unix::read_rest(&mut stream, AFTER_REPLY_WINDOW, 64 * 1024).await);
+                        rest = Some(r);
+                    }
+                }
+                ReadOutcome::Closed { partial } if !close => {
+                    if !partial.is_empty() {
+                        log(&transcript, started, &name, Direction::Received, partial);
+                    }
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        b"the target closed the connection",
+                    );
+                }
+                ReadOutcome::TimedOut { .. } => {
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        format!("no reply within {deadline_s}s").as_bytes(),
+                    );
+                }
+                ReadOutcome::TooLong { limit } => {
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        format!("reply over {limit} bytes").as_bytes(),
+                    );
+                }
+                ReadOutcome::Failed { error, .. } => {
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        error.as_bytes(),
+                    );
+                }
+                _ => {}
+            }
+            Pending {
+                method,
+                request_id,
+                deadline_s,
+                deadline_why,
+                outcome,
+                rest,
+            }
+        };
+        if step.wait {
+            let p = task.await;
+            if step.close {
+                if let ReadOutcome::Failed { error, .. } = &p.outcome {
+                    self.findings
+                        .push(format!("{error}{}", self.session.target_note()));
+                }
+                return;
+            }
+            let expect = if step.probe {
+                Some(Expect {
+                    reply: Some(ReplyRule::Result),
+                    result: Some(json!({"protocolVersion": table::PROTOCOL_VERSION})),
+                    error: None,
+                    shape: true,
+                    envelope: false,
+                    compact: false,
+                    nothing_after: false,
+                    checks: vec![],
+                })
+            } else {
+                expect
+            };
+            let before = self.findings.len();
+            self.judge(expect.as_ref(), &p, &conn_name);
+            if step.probe && self.findings.len() > before {
+                let detail = self.findings.split_off(before).join("; ");
+                self.findings.push(format!(
+                    "the server no longer serves a handshake afterwards: {detail}"
+                ));
+            }
+        } else {
+            self.conns.insert(conn_name, tokio::spawn(task));
+        }
+    }
+
+    fn deadline_for(&self, step: &Step, method: Option<&str>, params: &Value) -> (f64, String) {
+        if let Some(d) = step.deadline {
+            return (d, format!("the case allows {d}s"));
+        }
+        let Some(spec) = method.and_then(table::method) else {
+            return (
+                DEFAULT_DEADLINE,
+                format!("conform waits {DEFAULT_DEADLINE}s where the source sets no bound"),
+            );
+        };
+        match spec.deadline {
+            Deadline::Fixed(s) => (s, format!("Vibe waits {s}s for {}", spec.name)),
+            Deadline::CommandTimeoutPlusGrace => {
+                match params.get("timeout").and_then(Value::as_f64) {
+                    Some(t) => (
+                        t + table::EXECUTE_GRACE_SECONDS,
+                        format!(
+                            "Vibe waits the command's timeout, {t}s, plus {}s",
+                            table::EXECUTE_GRACE_SECONDS
+                        ),
+                    ),
+                    None => (
+                        UNBOUNDED_COMMAND_CAP,
+                        format!(
+                            "Vibe would wait without bound; conform stops at {UNBOUNDED_COMMAND_CAP}s"
+                        ),
+                    ),
+                }
+            }
+            Deadline::ToolTimeout => {
+                let t = self.session.declared.tool_timeout;
+                (
+                    t,
+                    format!("the server's toolTimeoutSeconds (or Vibe's default) is {t}s"),
+                )
+            }
+        }
+    }
+
+    fn check_socket_mode(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = &self.session.socket;
+        // "The caller runs a server on a Unix socket it created with mode 0600 inside a 0700 directory."
+        match std::fs::symlink_metadata(path) {
+            Ok(m) => {
+                let mode = m.permissions().mode() & 0o777;
+                if mode & 0o177 != 0 {
+                    self.findings.push(format!(
+                        "the socket file has mode {mode:04o}; 0600 or stricter is required"
+                    ));
+                } else {
+                    self.observations.push(format!("socket mode {mode:04o}"));
+                }
+            }
+            Err(e) => self
+                .findings
+                .push(format!("cannot stat the socket {}: {e}", path.display())),
+        }
+        if let Some(dir) = path.parent()
+            && let Ok(m) = std::fs::metadata(dir)
+        {
+            let mode = m.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                self.findings.push(format!(
+                    "the socket's directory has mode {mode:04o}; 0700 or stricter is required"
+                ));
+            }
+        }
+    }
+
+    /// Grades one reply against a step's expectation.
+    fn judge(&mut self, expect: Option<&Expect>, p: &Pending, conn: &str) {
+        let rule = expect.map(Expect::rule).unwrap_or(ReplyRule::Any);
+        let what = p
+            .method
+            .as_deref()
+            .map(|m| format!("{m} on `{conn}`"))
+            .unwrap_or_else(|| format!("`{conn}`"));
+        let line = match &p.outcome {
+            ReadOutcome::Line { line, .. } => line,
+            other => {
+                let seen = describe_failed_read(other, p.deadline_s);
+                match rule {
+                    ReplyRule::Optional | ReplyRule::None => {
+                        self.observations.push(format!("{what}: {seen}"));
+                    }
+                    _ => {
+                        let why = if matches!(other, ReadOutcome::TimedOut { .. }) {
+                            format!(" ({})", p.deadline_why)
+                        } else {
+                            String::new()
+                        };
+                        self.findings.push(format!(
+                            "{what}: expected a reply line, {seen}{why}{}",
+                            self.session.target_note()
+                        ));
+                    }
+                }
+                return;
+            }
+        };
+        if rule == ReplyRule::None {
+            self.findings.push(format!(
+                "{what}: expected no reply, got {}",
+                truncate(&String::from_utf8_lossy(line), 200)
+            ));
+            return;
+        }
+        let reply = match jsonrpc::classify_reply(line) {
+            Ok(r) => r,
+            Err(e) => {
+                if rule == ReplyRule::Optional {
+                    self.observations.push(format!("{what}: {e}"));
+                } else {
+                    self.findings.push(format!(
+                        "{what}: {e} (a reply is one line of compact JSON): {}",
+                        truncate(&String::from_utf8_lossy(line), 200)
+                    ));
+                }
+                return;
+            }
+        };
+        self.observations
+            .push(format!("{what}: {}", describe_kind(&reply.kind)));
+        let Some(expect) = expect else { return };
+        if rule == ReplyRule::Optional {
+            return;
+        }
+        let mut errors: Vec<String> = Vec::new();
+        match (&reply.kind, rule) {
+            (ReplyKind::Result(_), ReplyRule::Error) | (ReplyKind::Empty, ReplyRule::Error) => {
+                errors.push(format!(
+                    "expected an error, got {}",
+                    describe_kind(&reply.kind)
+                ))
+            }
+            (ReplyKind::Error { .. }, ReplyRule::Result)
+            | (ReplyKind::Empty, ReplyRule::Result) => errors.push(format!(
+                "expected a result, got {}",
+                describe_kind(&reply.kind)
+            )),
+            (ReplyKind::Empty, ReplyRule::Any) => {
+                errors.push("the reply has neither a result nor an error".into())
+            }
+            _ => {}
+        }
+        if errors.is_empty() {
+            match &reply.kind {
+                ReplyKind::Result(result) => {
+                    if expect.shape
+                        && let Some(spec) = p.method.as_deref().and_then(table::method)
+                    {
+                        errors.extend(validate::shape_violations(result, spec.result, "result"));
+                    }
+                    if let Some(pattern) = &expect.result {
+                        self.match_pattern(pattern, result, "result", &mut errors);
+                    }
+                }
+                ReplyKind::Error { .. } => {
+                    let body = reply.object.get("error").cloned().unwrap_or(Value::Null);
+                    if expect.shape {
+                        errors.extend(validate::shape_violations(
+                            &body,
+                            table::ERROR_BODY,
+                            "error",
+                        ));
+                    }
+                    if let Some(pattern) = &expect.error {
+                        self.match_pattern(pattern, &body, "error", &mut errors);
+                    }
+                }
+                ReplyKind::Empty => {}
+            }
+        }
+        if expect.envelope {
+            errors.extend(jsonrpc::envelope_violations(&reply, p.request_id.as_ref()));
+        }
+        if expect.compact && !jsonrpc::is_compact_json(line) {
+            errors.push("the reply is not compact JSON (it has whitespace between tokens)".into());
+        }
+        if expect.nothing_after
+            && let Some(rest) = &p.rest
+            && !rest.is_empty()
+        {
+            errors.push(format!(
+                "{} more bytes followed the reply line: {}",
+                rest.len(),
+                truncate(&String::from_utf8_lossy(rest), 200)
+            ));
+        }
+        for check in &expect.checks {
+            errors.extend(named_check(*check, &reply));
+        }
+        for e in errors {
+            self.findings.push(format!("{what}: {e}"));
+        }
+    }
+
+    fn match_pattern(
+        &mut self,
+        pattern: &Value,
+        actual: &Value,
+        path: &str,
+        errors: &mut Vec<String>,
+    ) {
+        match matcher::expand(pattern, &self.vars) {
+            Ok(p) => matcher::match_value(&p, Some(actual), path, &mut self.vars, errors),
+            Err(e) => self.conform_error = Some(e.to_string()),
+        }
+    }
+}
+
+fn named_check(check: NamedCheck, reply: &Reply) -> Vec<String> {
+    let result = match &reply.kind {
+        ReplyKind::Result(r) => Some(r),
+        _ => None,
+    };
+    match check {
+        NamedCheck::ToolDeclarations => result
+            .map(|r| validate::declaration_violations(&validate::declared_tools(r)))
+            .unwrap_or_default(),
+        NamedCheck::SandboxPair => {
+            let Some(r) = result else { return vec![] };
+            let present = |k: &str| r.get(k).is_some_and(|v| !v.is_null());
+            if present("workspace") != present("python") {
+                vec![
+                    "`workspace` and `python` must come together: one is set and the other is null"
+                        .into(),
+                ]
+            } else {
+                vec![]
+            }
+        }
+        NamedCheck::WorkspaceAbsolute => match result
+            .and_then(|r| r.get("workspace"))
+            .and_then(Value::as_str)
+        {
+            Some(w) if !w.starts_with('/') => {
+                vec![format!("the workspace {w:?} is not an absolute path")]
+            }
+            _ => vec![],
+        },
+        NamedCheck::TimeoutData => match &reply.kind {
+            ReplyKind::Error {
+                code: Some(c),
+                data: Some(data),
+                ..
+            } if *c == table::TIMEOUT_ERROR && !data.is_null() => {
+                match data.get("timeoutSeconds") {
+                    Some(t) if t.as_f64().is_some_and(|x| x > 0.0) && !t.is_boolean() => vec![],
+                    _ => vec![format!(
+                        "a -32001 error's data is {}, not {{\"timeoutSeconds\": <positive number>}}: Vibe ignores it",
+                        matcher::brief(data)
+                    )],
+                }
+            }
+            _ => vec![],
+        },
+    }
+}
+
+fn describe_kind(kind: &ReplyKind) -> String {
+    match kind {
+        ReplyKind::Result(r) => format!("a result {}", matcher::brief(r)),
+        ReplyKind::Error { code, message, .. } => {
+            let code = code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "without an integer code".into());
+            let abort = if code.starts_with(&table::ABORT_ERROR.0.to_string()) {
+                " (the server aborted the run)"
+            } else {
+                ""
+            };
+            format!("error {code} {:?}{abort}", message.as_deref().unwrap_or(""))
+        }
+        ReplyKind::Empty => "a reply with neither result nor error".into(),
+    }
+}
+
+fn describe_failed_read(outcome: &ReadOutcome, deadline_s: f64) -> String {
+    match outcome {
+        ReadOutcome::Line { .. } => "a line".into(),
+        ReadOutcome::Closed { partial } if partial.is_empty() => {
+            "the target closed the connection without replying".into()
+        }
+        ReadOutcome::Closed { partial } => format!(
+            "the target closed the connection after {} bytes with no newline: {}",
+            partial.len(),
+            truncate(&String::from_utf8_lossy(partial), 200)
+        ),
+        ReadOutcome::TooLong { limit } => {
+            format!("the reply line grew past the {limit}-byte limit")
+        }
+        ReadOutcome::TimedOut { partial } if partial.is_empty() => {
+            format!("no reply within {deadline_s}s")
+        }
+        ReadOutcome::TimedOut { partial } => format!(
+            "no whole reply line within {deadline_s}s ({} bytes without a newline)",
+            partial.len()
+        ),
+        ReadOutcome::Failed { error, .. } => error.clone(),
+    }
+}

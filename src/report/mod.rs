@@ -1,0 +1,277 @@
+//! Report formats. Each is a pure function of a [`RunReport`].
+
+use crate::outcome::{CaseResult, Direction, Outcome, RunReport};
+use clap::ValueEnum;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Human,
+    Json,
+    Junit,
+    Markdown,
+}
+
+/// How many transcript entries a human or Markdown report shows per failure.
+pub const SHOWN_TRANSCRIPT_ENTRIES: usize = 12;
+
+pub fn render(report: &RunReport, format: Format) -> String {
+    match format {
+        Format::Human => human(report),
+        Format::Json => json(report),
+        Format::Junit => junit(report),
+        Format::Markdown => markdown(report),
+    }
+}
+
+/// The progress line for one finished case.
+pub fn progress_line(r: &CaseResult, done: usize, total: usize) -> String {
+    let width = total.to_string().len();
+    format!(
+        "[{done:>width$}/{total}] {:<5} {:<6} {} ({} ms)",
+        r.outcome.as_str().to_uppercase(),
+        r.level.as_str(),
+        r.id,
+        r.duration_ms
+    )
+}
+
+fn summary_line(report: &RunReport) -> String {
+    let s = &report.summary;
+    format!(
+        "{} {} against {}: {} cases, {} passed, {} failed, {} warned, {} info, {} skipped, {} errors{}",
+        report.protocol,
+        report.role,
+        report.target,
+        s.total,
+        s.passed,
+        s.failed,
+        s.warned,
+        s.info,
+        s.skipped,
+        s.errors,
+        if report.strict { " (strict)" } else { "" }
+    )
+}
+
+fn transcript_text(r: &CaseResult, out: &mut String, indent: &str) {
+    let shown = r.transcript.len().min(SHOWN_TRANSCRIPT_ENTRIES);
+    for e in &r.transcript[..shown] {
+        let arrow = match e.dir {
+            Direction::Sent => "->",
+            Direction::Received => "<-",
+            Direction::Event => "--",
+        };
+        let data = e.data.trim_end_matches('\n');
+        let _ = writeln!(out, "{indent}{:>6} ms {:<6} {arrow} {data}", e.t_ms, e.conn);
+    }
+    if r.transcript.len() > shown {
+        let _ = writeln!(
+            out,
+            "{indent}... {} more entries (see --format json)",
+            r.transcript.len() - shown
+        );
+    }
+}
+
+fn human(report: &RunReport) -> String {
+    let mut out = String::new();
+    let notable: Vec<&CaseResult> = report
+        .cases
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.outcome,
+                Outcome::Fail | Outcome::Warn | Outcome::Error | Outcome::Info
+            )
+        })
+        .collect();
+    for c in notable {
+        let _ = writeln!(
+            out,
+            "\n{} {} [{}] {}",
+            c.outcome.as_str().to_uppercase(),
+            c.id,
+            c.level.as_str(),
+            c.title
+        );
+        let _ = writeln!(out, "  requirements: {}", c.requirements.join(", "));
+        for line in c.message.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+        if matches!(c.outcome, Outcome::Fail | Outcome::Warn | Outcome::Error)
+            && !c.transcript.is_empty()
+        {
+            let _ = writeln!(out, "  exchange:");
+            transcript_text(c, &mut out, "    ");
+        }
+    }
+    let skipped: Vec<&CaseResult> = report
+        .cases
+        .iter()
+        .filter(|c| c.outcome == Outcome::Skip)
+        .collect();
+    if !skipped.is_empty() {
+        let _ = writeln!(out, "\nskipped:");
+        for c in skipped {
+            let _ = writeln!(out, "  {}: {}", c.id, c.message);
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "\nnote: {n}");
+    }
+    let _ = writeln!(out, "\n{}", summary_line(report));
+    out
+}
+
+fn json(report: &RunReport) -> String {
+    let mut s =
+        serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // XML 1.0 allows only these control characters.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn junit(report: &RunReport) -> String {
+    let s = &report.summary;
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
+    let total_ms: u64 = report.cases.iter().map(|c| c.duration_ms).sum();
+    let name = xml_escape(&format!("conform {} {}", report.protocol, report.role));
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">",
+        s.total,
+        s.failed,
+        s.errors,
+        s.skipped,
+        seconds(total_ms)
+    );
+    let _ = writeln!(
+        out,
+        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">",
+        s.total,
+        s.failed,
+        s.errors,
+        s.skipped,
+        seconds(total_ms)
+    );
+    let _ = writeln!(
+        out,
+        "    <properties><property name=\"target\" value=\"{}\"/></properties>",
+        xml_escape(&report.target)
+    );
+    for c in &report.cases {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
+            xml_escape(&report.protocol),
+            xml_escape(&c.id),
+            seconds(c.duration_ms)
+        );
+        let mut body = String::new();
+        let mut transcript = String::new();
+        transcript_text(c, &mut transcript, "");
+        match c.outcome {
+            Outcome::Fail => {
+                let _ = write!(
+                    body,
+                    "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+                    xml_escape(c.message.lines().next().unwrap_or("")),
+                    c.level.as_str(),
+                    xml_escape(&format!("{}\n\n{transcript}", c.message))
+                );
+            }
+            Outcome::Error => {
+                let _ = write!(
+                    body,
+                    "      <error message=\"{}\">{}</error>\n",
+                    xml_escape(c.message.lines().next().unwrap_or("")),
+                    xml_escape(&c.message)
+                );
+            }
+            Outcome::Skip => {
+                let _ = write!(
+                    body,
+                    "      <skipped message=\"{}\"/>\n",
+                    xml_escape(&c.message)
+                );
+            }
+            Outcome::Warn | Outcome::Info => {
+                let _ = write!(
+                    body,
+                    "      <system-out>{}: {}</system-out>\n",
+                    c.outcome.as_str().to_uppercase(),
+                    xml_escape(&c.message)
+                );
+            }
+            Outcome::Pass => {}
+        }
+        if body.is_empty() {
+            out.push_str("/>\n");
+        } else {
+            let _ = write!(out, ">\n{body}    </testcase>\n");
+        }
+    }
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', "<br>")
+}
+
+fn markdown(report: &RunReport) -> String {
+    let mut out = format!("# conform: {} {}\n\n", report.protocol, report.role);
+    let _ = writeln!(
+        out,
+        "- target: `{}`\n- conform {}\n- {}\n",
+        report.target,
+        report.conform_version,
+        summary_line(report)
+    );
+    out.push_str("| outcome | level | case | requirements | message |\n|---|---|---|---|---|\n");
+    for c in &report.cases {
+        let _ = writeln!(
+            out,
+            "| {} | {} | `{}` | {} | {} |",
+            c.outcome.as_str(),
+            c.level.as_str(),
+            c.id,
+            c.requirements.join(", "),
+            md_cell(&c.message)
+        );
+    }
+    for c in report
+        .cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Fail | Outcome::Warn | Outcome::Error))
+    {
+        let _ = writeln!(
+            out,
+            "\n## {} `{}`\n\n{}\n\n```",
+            c.outcome.as_str(),
+            c.id,
+            c.message
+        );
+        transcript_text(c, &mut out, "");
+        out.push_str("```\n");
+    }
+    out
+}

@@ -1,0 +1,5 @@
+//! Everything that touches sockets, pipes and processes. Protocol logic above
+//! this layer is sans-IO; every wait here is bounded by a deadline.
+
+pub mod process;
+pub mod unix;

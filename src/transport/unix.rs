@@ -1,0 +1,104 @@
+//! One-shot exchanges over a Unix socket: connect, write a request, read one
+//! reply line, bounded in size and time.
+
+use crate::wire::{LineDecoder, LineError};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::time::{Instant, timeout_at};
+
+/// How a read of one reply line ended.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// A whole line (newline stripped) and whatever bytes came after it in
+    /// the same reads.
+    Line { line: Vec<u8>, after: Vec<u8> },
+    /// The peer closed before a newline; `partial` is what it sent.
+    Closed { partial: Vec<u8> },
+    /// The line grew past the limit.
+    TooLong { limit: usize },
+    /// The deadline passed first; `partial` is what had arrived.
+    TimedOut { partial: Vec<u8> },
+    /// The socket failed (reset by the peer, ...).
+    Failed { error: String, partial: Vec<u8> },
+}
+
+/// Connects within `within`.
+pub async fn connect(path: &Path, within: Duration) -> std::io::Result<UnixStream> {
+    match tokio::time::timeout(within, UnixStream::connect(path)).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {:.1}s", within.as_secs_f64()),
+        )),
+    }
+}
+
+/// Writes all of `bytes` before `deadline`.
+pub async fn write_all(
+    stream: &mut UnixStream,
+    bytes: &[u8],
+    deadline: Instant,
+) -> std::io::Result<()> {
+    match timeout_at(deadline, stream.write_all(bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the target did not take the request before the deadline",
+        )),
+    }
+}
+
+/// Reads one line of at most `limit` bytes before `deadline`.
+pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant) -> ReadOutcome {
+    let mut decoder = LineDecoder::new(limit);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match timeout_at(deadline, stream.read(&mut chunk)).await {
+            Err(_) => {
+                return ReadOutcome::TimedOut {
+                    partial: decoder.pending().to_vec(),
+                };
+            }
+            Ok(Err(e)) => {
+                return ReadOutcome::Failed {
+                    error: e.to_string(),
+                    partial: decoder.pending().to_vec(),
+                };
+            }
+            Ok(Ok(0)) => {
+                return ReadOutcome::Closed {
+                    partial: decoder.pending().to_vec(),
+                };
+            }
+            Ok(Ok(n)) => n,
+        };
+        let (used, item) = decoder.feed(&chunk[..n]);
+        match item {
+            Some(Ok(line)) => {
+                return ReadOutcome::Line {
+                    line,
+                    after: chunk[used..n].to_vec(),
+                };
+            }
+            Some(Err(LineError::TooLong { limit })) => return ReadOutcome::TooLong { limit },
+            None => {}
+        }
+    }
+}
+
+/// Collects what the peer sends after its reply, until it closes, `within`
+/// passes, or `max` bytes have arrived.
+pub async fn read_rest(stream: &mut UnixStream, within: Duration, max: usize) -> Vec<u8> {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while out.len() < max {
+        match timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&chunk[..n.min(max - out.len())]),
+            _ => break,
+        }
+    }
+    out
+}

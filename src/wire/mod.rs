@@ -1,0 +1,5 @@
+//! Framing layers, sans-IO: bytes in, messages (or typed framing errors) out.
+
+pub mod line;
+
+pub use line::{LineDecoder, LineError};
