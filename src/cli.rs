@@ -193,7 +193,11 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         }
     };
     let report = agent_socket::run(&options, cases, &mut progress).await?;
-    let text = report::render(&report, args.format);
+    let text = if live_stdout {
+        report::human(&report, false)
+    } else {
+        report::render(&report, args.format)
+    };
     match &args.output {
         Some(path) => std::fs::write(path, &text)
             .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,

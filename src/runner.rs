@@ -37,14 +37,11 @@ pub async fn run_cases<S>(
             let Some(joined) = set.join_next().await else {
                 break;
             };
-            match joined {
-                Ok((i, r)) => {
-                    done += 1;
-                    progress(&r, done, total);
-                    results[i] = Some(r);
-                }
-                // A panic in a case task is conform's bug; the case reports it below.
-                Err(_) => {}
+            // A panic in a case task is conform's bug; the case reports it below.
+            if let Ok((i, r)) = joined {
+                done += 1;
+                progress(&r, done, total);
+                results[i] = Some(r);
             }
         }
     }

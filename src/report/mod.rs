@@ -17,7 +17,7 @@ pub const SHOWN_TRANSCRIPT_ENTRIES: usize = 12;
 
 pub fn render(report: &RunReport, format: Format) -> String {
     match format {
-        Format::Human => human(report),
+        Format::Human => human(report, true),
         Format::Json => json(report),
         Format::Junit => junit(report),
         Format::Markdown => markdown(report),
@@ -74,8 +74,16 @@ fn transcript_text(r: &CaseResult, out: &mut String, indent: &str) {
     }
 }
 
-fn human(report: &RunReport) -> String {
+/// The human report; `with_list` adds a line per case (left out when the
+/// progress lines already showed them).
+pub fn human(report: &RunReport, with_list: bool) -> String {
     let mut out = String::new();
+    if with_list {
+        let total = report.cases.len();
+        for (i, c) in report.cases.iter().enumerate() {
+            let _ = writeln!(out, "{}", progress_line(c, i + 1, total));
+        }
+    }
     let notable: Vec<&CaseResult> = report
         .cases
         .iter()
@@ -190,33 +198,33 @@ fn junit(report: &RunReport) -> String {
         transcript_text(c, &mut transcript, "");
         match c.outcome {
             Outcome::Fail => {
-                let _ = write!(
+                let _ = writeln!(
                     body,
-                    "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+                    "      <failure message=\"{}\" type=\"{}\">{}</failure>",
                     xml_escape(c.message.lines().next().unwrap_or("")),
                     c.level.as_str(),
                     xml_escape(&format!("{}\n\n{transcript}", c.message))
                 );
             }
             Outcome::Error => {
-                let _ = write!(
+                let _ = writeln!(
                     body,
-                    "      <error message=\"{}\">{}</error>\n",
+                    "      <error message=\"{}\">{}</error>",
                     xml_escape(c.message.lines().next().unwrap_or("")),
                     xml_escape(&c.message)
                 );
             }
             Outcome::Skip => {
-                let _ = write!(
+                let _ = writeln!(
                     body,
-                    "      <skipped message=\"{}\"/>\n",
+                    "      <skipped message=\"{}\"/>",
                     xml_escape(&c.message)
                 );
             }
             Outcome::Warn | Outcome::Info => {
-                let _ = write!(
+                let _ = writeln!(
                     body,
-                    "      <system-out>{}: {}</system-out>\n",
+                    "      <system-out>{}: {}</system-out>",
                     c.outcome.as_str().to_uppercase(),
                     xml_escape(&c.message)
                 );

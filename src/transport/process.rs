@@ -69,10 +69,18 @@ pub struct Spawned {
     finished: bool,
 }
 
-/// Starts `command_line` with `/bin/sh -c` in a process group of its own.
-pub fn spawn(command_line: &str, stdio: Stdio3) -> std::io::Result<Spawned> {
+/// Starts `command_line` with `/bin/sh -c` in a process group of its own,
+/// with `env` added to its environment.
+pub fn spawn(
+    command_line: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    stdio: Stdio3,
+) -> std::io::Result<Spawned> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c").arg(command_line);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.process_group(0);
     cmd.stderr(Stdio::piped());
     match stdio {

@@ -577,11 +577,13 @@ impl CaseRun<'_> {
                 return;
             }
             let expect = if step.probe {
+                // Still serving means answering with a reply line at all; the
+                // handshake's content is graded by the handshake cases.
                 Some(Expect {
-                    reply: Some(ReplyRule::Result),
-                    result: Some(json!({"protocolVersion": table::PROTOCOL_VERSION})),
+                    reply: Some(ReplyRule::Any),
+                    result: None,
                     error: None,
-                    shape: true,
+                    shape: false,
                     envelope: false,
                     compact: false,
                     nothing_after: false,
@@ -725,8 +727,13 @@ impl CaseRun<'_> {
                 return;
             }
         };
-        self.observations
-            .push(format!("{what}: {}", describe_kind(&reply.kind)));
+        let describes = expect.is_some_and(|e| e.checks.contains(&NamedCheck::DescribeHalves));
+        if describes {
+            self.observations.push(describe_halves(&reply.kind));
+        } else {
+            self.observations
+                .push(format!("{what}: {}", describe_kind(&reply.kind)));
+        }
         let Some(expect) = expect else { return };
         if rule == ReplyRule::Optional {
             return;
@@ -845,6 +852,7 @@ fn named_check(check: NamedCheck, reply: &Reply) -> Vec<String> {
             }
             _ => vec![],
         },
+        NamedCheck::DescribeHalves => vec![],
         NamedCheck::TimeoutData => match &reply.kind {
             ReplyKind::Error {
                 code: Some(c),
@@ -862,6 +870,45 @@ fn named_check(check: NamedCheck, reply: &Reply) -> Vec<String> {
             _ => vec![],
         },
     }
+}
+
+/// Which halves an `agent/initialize` result declares, without its paths.
+fn describe_halves(kind: &ReplyKind) -> String {
+    let ReplyKind::Result(r) = kind else {
+        return format!("the handshake was answered with {}", describe_kind(kind));
+    };
+    let set = |k: &str| r.get(k).is_some_and(|v| !v.is_null());
+    let sandbox = match (set("workspace"), set("python")) {
+        (true, true) => "a sandbox",
+        (false, false) => "no sandbox",
+        _ => "half a sandbox (workspace and python do not come together)",
+    };
+    let tools: Vec<String> = validate::declared_tools(r)
+        .into_iter()
+        .map(|t| t.full_name)
+        .collect();
+    let tools = if tools.is_empty() {
+        "no tools".to_owned()
+    } else {
+        format!("{} tools ({})", tools.len(), tools.join(", "))
+    };
+    let timeout = match r.get("toolTimeoutSeconds") {
+        Some(t) if !t.is_null() => format!("toolTimeoutSeconds {t}"),
+        _ => format!(
+            "the default tool timeout ({}s)",
+            table::CLIENT_TOOL_TIMEOUT_SECONDS
+        ),
+    };
+    let instructions = if r
+        .get("instructions")
+        .and_then(Value::as_str)
+        .is_some_and(|i| !i.trim().is_empty())
+    {
+        "instructions"
+    } else {
+        "no instructions"
+    };
+    format!("the server declares {sandbox}, {tools}, {timeout}, {instructions}")
 }
 
 fn describe_kind(kind: &ReplyKind) -> String {

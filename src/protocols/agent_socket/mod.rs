@@ -154,10 +154,12 @@ async fn start(target: &Target, startup: Duration) -> Result<Started, RunError> 
             let socket = dir.path().join("agent.sock");
             let quoted = crate::matcher::shell_quote(&socket.display().to_string());
             let line = cmd.replace("{socket}", &quoted);
-            // SAFETY-free: set for the child only, via the shell line.
-            let line = format!("CONFORM_SOCKET={quoted} exec {line}");
-            let spawned = process::spawn(&line, Stdio3::CaptureOutput)
-                .map_err(|e| RunError::Target(format!("cannot start `{cmd}`: {e}")))?;
+            let spawned = process::spawn(
+                &line,
+                &[("CONFORM_SOCKET", socket.as_os_str())],
+                Stdio3::CaptureOutput,
+            )
+            .map_err(|e| RunError::Target(format!("cannot start `{cmd}`: {e}")))?;
             let mut started = Started {
                 socket: socket.clone(),
                 spawned: Some(spawned),

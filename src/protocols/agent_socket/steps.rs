@@ -25,7 +25,7 @@ pub struct Step {
     pub pending: Option<String>,
     #[serde(default)]
     pub sleep: Option<f64>,
-    /// Send `agent/initialize` and expect a usable result: the server still serves.
+    /// Send `agent/initialize` and expect a reply line: the server still serves.
     #[serde(default)]
     pub probe: bool,
     /// Check the socket file's and its directory's modes.
@@ -109,6 +109,8 @@ pub enum NamedCheck {
     WorkspaceAbsolute,
     /// A -32001 error's optional `data` is `{"timeoutSeconds": positive}`.
     TimeoutData,
+    /// Not a check: says which halves the handshake declares.
+    DescribeHalves,
 }
 
 #[derive(Debug, Clone, Deserialize)]

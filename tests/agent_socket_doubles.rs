@@ -1,0 +1,185 @@
+//! The agent-socket suite proven by test doubles: the Python fixture server
+//! (`tests/fixtures/agent_socket_server.py`) conformant, in conformant
+//! variations that must pass, and with one deviation each that the suite must
+//! catch with exactly the cases named here.
+
+mod support;
+
+use std::collections::BTreeSet;
+use support::{Double, run_doubles};
+
+/// The case ids (without the `agent-socket/` prefix) each deviation must fail
+/// (MUST) and warn (SHOULD), and nothing else.
+const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
+    ("protocol-version-3", &["handshake/version"], &[]),
+    ("workspace-without-python", &["handshake/sandbox-pair"], &[]),
+    ("relative-workspace", &["handshake/workspace-absolute"], &[]),
+    ("reserved-namespace", &["handshake/tool-declarations"], &[]),
+    ("duplicate-tool", &["handshake/tool-declarations"], &[]),
+    ("bad-model-access", &["handshake/shape"], &[]),
+    ("zero-tool-timeout", &["handshake/shape"], &[]),
+    (
+        "nonzero-exit-is-error",
+        &["sandbox/execute/nonzero-exit"],
+        &[],
+    ),
+    ("merged-output", &["sandbox/execute/streams-apart"], &[]),
+    ("ignores-cwd", &["sandbox/execute/cwd"], &[]),
+    ("ignores-timeout", &["sandbox/execute/timeout"], &[]),
+    ("timeout-wrong-code", &["sandbox/execute/timeout"], &[]),
+    (
+        "missing-file-error",
+        &["sandbox/read-file/missing", "framing/read-file-envelope"],
+        &[],
+    ),
+    (
+        "urlsafe-base64",
+        &[
+            "sandbox/read-file/content",
+            "sandbox/read-file/binary",
+            "sandbox/read-file/large",
+        ],
+        &["sandbox/read-file/max-bytes"],
+    ),
+    ("ignores-max-bytes", &[], &["sandbox/read-file/max-bytes"]),
+    ("spaced-json", &[], &["framing/compact"]),
+    ("string-id-as-int", &[], &["framing/string-id"]),
+    ("serial", &[], &["sandbox/execute/concurrent"]),
+    (
+        "wrong-id",
+        &[
+            "framing/handshake-envelope",
+            "framing/error-envelope",
+            "framing/execute-envelope",
+            "framing/read-file-envelope",
+            "framing/tools-call-envelope",
+        ],
+        &["framing/string-id"],
+    ),
+    (
+        "no-jsonrpc",
+        &[
+            "framing/handshake-envelope",
+            "framing/error-envelope",
+            "framing/execute-envelope",
+            "framing/read-file-envelope",
+            "framing/tools-call-envelope",
+        ],
+        &["framing/string-id", "robustness/malformed-line/parse-error"],
+    ),
+    ("trailing-line", &["framing/one-reply-line"], &[]),
+    (
+        "unknown-method-result",
+        &["framing/error-envelope", "robustness/unknown-method/error"],
+        &["robustness/unknown-method/code"],
+    ),
+    ("socket-mode-0666", &["security/socket-mode"], &[]),
+    (
+        "annotations-not-object",
+        &[
+            "tools/call/answered",
+            "tools/call/root-caller",
+            "tools/call/subagent-caller",
+        ],
+        &[],
+    ),
+    (
+        "execute-exit-code-string",
+        &[
+            "handshake/workspace-is-directory",
+            "handshake/python-runs",
+            "sandbox/execute/output",
+            "sandbox/execute/nonzero-exit",
+            "sandbox/execute/streams-apart",
+            "sandbox/execute/cwd",
+            "sandbox/execute/posix-sh",
+            "sandbox/execute/null-timeout",
+            "sandbox/execute/whole-output",
+            "sandbox/execute/large-request",
+            "sandbox/execute/non-utf8-output",
+            "sandbox/execute/concurrent-accepted",
+            "sandbox/read-file/content",
+            "sandbox/read-file/binary",
+            "sandbox/read-file/large",
+        ],
+        &["sandbox/execute/concurrent", "sandbox/read-file/max-bytes"],
+    ),
+    // A server that dies mid-run: the case that killed it and every case after it fail.
+    (
+        "crash-on-malformed",
+        &[
+            "robustness/malformed-line/survives",
+            "robustness/huge-line/survives",
+            "robustness/early-close/survives",
+            "robustness/empty-connection/survives",
+            "robustness/partial-line/survives",
+        ],
+        &["robustness/malformed-line/parse-error"],
+    ),
+    // A server that hangs on one method: only the cases that call it fail.
+    (
+        "hang-on-tools-call",
+        &[
+            "tools/call/answered",
+            "tools/call/root-caller",
+            "tools/call/subagent-caller",
+            "framing/tools-call-envelope",
+        ],
+        &[],
+    ),
+];
+
+/// Conformant variations: they must pass, skipping only what they do not serve.
+const VARIANTS: &[(&str, usize)] = &[
+    ("close-after-reply", 0),
+    ("extra-fields", 0),
+    ("minimal-handshake", 0),
+    ("string-ids", 0),
+    ("timeout-with-data", 0),
+    ("with-instructions", 0),
+    // Only the tools half: every sandbox case is skipped.
+    ("tools-only", 24),
+    // Only the sandbox half: every tools case is skipped.
+    ("sandbox-only", 4),
+];
+
+fn ids(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| format!("agent-socket/{s}")).collect()
+}
+
+#[test]
+fn every_broken_server_fails_exactly_its_cases_and_every_variation_passes() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture server needs it");
+        return;
+    }
+    let mut doubles: Vec<Double> = DEVIATIONS
+        .iter()
+        .map(|(name, fail, warn)| Double {
+            name: format!("deviation-{name}"),
+            args: format!("--deviation {name}"),
+            fail: ids(fail),
+            warn: ids(warn),
+            skipped: None,
+        })
+        .collect();
+    doubles.extend(VARIANTS.iter().map(|(name, skipped)| Double {
+        name: format!("variant-{name}"),
+        args: format!("--variant {name}"),
+        fail: BTreeSet::new(),
+        warn: BTreeSet::new(),
+        skipped: Some(*skipped),
+    }));
+    doubles.push(Double {
+        name: "conformant".into(),
+        args: String::new(),
+        fail: BTreeSet::new(),
+        warn: BTreeSet::new(),
+        skipped: Some(0),
+    });
+    let (problems, reports) = run_doubles(&doubles);
+    for (name, report) in &reports {
+        support::snapshot_report(&format!("agent_socket_{name}"), report);
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}

@@ -1,0 +1,99 @@
+//! The requirement catalogue against the cases and against the sources.
+
+use conform::protocols::agent_socket;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[test]
+fn every_server_must_has_a_case_or_says_why_not() {
+    let catalogue = agent_socket::catalogue();
+    let cases = agent_socket::load_cases(&[]).expect("the corpus loads");
+    let covered: BTreeSet<&str> = cases
+        .iter()
+        .flat_map(|c| c.requirements.iter().map(String::as_str))
+        .collect();
+    let mut missing = Vec::new();
+    let mut stale = Vec::new();
+    for r in &catalogue.requirements {
+        let has_case = covered.contains(r.id.as_str());
+        if r.role == "server"
+            && r.level == conform::case::Level::Must
+            && !has_case
+            && r.no_case.is_none()
+        {
+            missing.push(r.id.clone());
+        }
+        if has_case && r.no_case.is_some() {
+            stale.push(r.id.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "MUST requirements with no case and no reason: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "requirements that say they have no case but do: {stale:?}"
+    );
+}
+
+#[test]
+fn case_and_requirement_ids_are_unique() {
+    let cases = agent_socket::load_cases(&[]).unwrap();
+    let mut seen = BTreeMap::new();
+    for c in &cases {
+        assert!(
+            seen.insert(c.id.clone(), c.origin.clone()).is_none(),
+            "duplicate case id {}",
+            c.id
+        );
+        assert!(c.id.starts_with("agent-socket/"), "{}", c.id);
+    }
+    let catalogue = agent_socket::catalogue();
+    let ids: BTreeSet<&str> = catalogue
+        .requirements
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(ids.len(), catalogue.requirements.len());
+}
+
+/// Text with whitespace folded, so a quote may wrap differently.
+fn fold(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn every_quote_from_the_shared_sources_is_in_them() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/specs/agent-socket");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        eprintln!("skipped: ../shared/specs is not beside this checkout");
+        return;
+    };
+    let mut sources = String::new();
+    for e in entries.flatten() {
+        sources.push_str(&std::fs::read_to_string(e.path()).unwrap());
+        sources.push('\n');
+    }
+    let sources = fold(&sources);
+    let mut absent = Vec::new();
+    for r in &agent_socket::catalogue().requirements {
+        if r.source.starts_with("JSON-RPC") {
+            continue;
+        }
+        // A quote is fragments joined by " / " (several places) and " ... " (elisions).
+        for fragment in r.quote.split(" / ").flat_map(|f| f.split("...")) {
+            let fragment = fold(fragment.trim().trim_matches(':').trim());
+            if fragment.len() < 8 || fragment.starts_with("JSON-RPC") {
+                continue;
+            }
+            if !sources.contains(&fragment) {
+                absent.push(format!("{}: {fragment:?}", r.id));
+            }
+        }
+    }
+    assert!(
+        absent.is_empty(),
+        "quotes not found in the sources:\n{}",
+        absent.join("\n")
+    );
+}

@@ -1,0 +1,234 @@
+//! The command line: exit codes, the builtin target, list, --case, --strict,
+//! and nothing left behind.
+
+mod support;
+
+use support::{conform, fixture_target, outcome_ids, python_available, run_json, snapshot_report};
+
+#[test]
+fn the_builtin_server_passes_every_case() {
+    let (code, report, stderr) = run_json("builtin", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let s = &report["summary"];
+    assert_eq!(s["failed"], 0, "{report:#}");
+    assert_eq!(s["warned"], 0, "{report:#}");
+    assert_eq!(s["errors"], 0);
+    assert_eq!(s["skipped"], 0, "the reference serves both halves");
+    assert!(s["passed"].as_u64().unwrap() >= 40);
+    for key in [
+        "protocol",
+        "role",
+        "target",
+        "conform_version",
+        "summary",
+        "cases",
+    ] {
+        assert!(report.get(key).is_some(), "the JSON report has {key}");
+    }
+    snapshot_report("agent_socket_builtin", &report);
+}
+
+#[test]
+fn list_prints_every_case_with_level_and_requirement() {
+    let out = conform()
+        .args(["list", "--protocol", "agent-socket"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("MUST   agent-socket/sandbox/execute/timeout"));
+    assert!(text.contains("as.exec.timeout [MUST server]"));
+    assert!(text.contains(
+        "A request that outlives its timeout is answered with the JSON-RPC error code -32001."
+    ));
+}
+
+#[test]
+fn zero_selected_cases_is_exit_2_not_a_green_run() {
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--filter",
+            "no-such-case/*",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no case selected"));
+}
+
+#[test]
+fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
+    for target in [
+        "exec:exit 7",
+        "unix:/nonexistent/conform.sock",
+        "tcp:nothing",
+    ] {
+        let out = conform()
+            .args(["run", "--protocol", "agent-socket", "--target", target])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--target",
+            "exec:echo starting >&2; exit 7",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited with status 7") && stderr.contains("starting"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_role_or_protocol_without_a_suite_yet_is_exit_2() {
+    for args in [
+        ["--protocol", "agent-socket", "--role", "client"],
+        ["--protocol", "acp", "--role", "agent"],
+        ["--protocol", "agent-socket", "--role", "nope"],
+    ] {
+        let out = conform().arg("run").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[test]
+fn a_case_file_adds_cases_and_a_wrong_expectation_fails_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("extra.json");
+    std::fs::write(
+        &file,
+        r#"{"id":"local/exit-four","title":"exit 3 is not exit 4","level":"MUST","requirements":["as.exec.nonzero"],"needs":["sandbox"],
+            "steps":[{"send":{"method":"sandbox/execute","params":{"command":"exit 3","cwd":"${workspace}","timeout":10}},"expect":{"result":{"exitCode":4}}}]}"#,
+    )
+    .unwrap();
+    let (code, report, _) = run_json(
+        "builtin",
+        &["--case", file.to_str().unwrap(), "--filter", "local/"],
+    );
+    assert_eq!(code, 1);
+    let failed = outcome_ids(&report, "fail");
+    assert_eq!(
+        failed.into_iter().collect::<Vec<_>>(),
+        vec!["local/exit-four"]
+    );
+    let message = report["cases"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("result.exitCode: expected 4, got 3"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_bad_case_file_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.json");
+    for body in [
+        r#"{"id":"x","title":"t","level":"MUST","requirements":["as.exec.nonzero"],"steps":[{"sned":{}}]}"#,
+        r#"{"id":"x","title":"t","level":"MUST","requirements":["no.such.requirement"],"steps":[]}"#,
+        "not json",
+    ] {
+        std::fs::write(&file, body).unwrap();
+        let out = conform()
+            .args([
+                "run",
+                "--protocol",
+                "agent-socket",
+                "--case",
+                file.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{body}");
+    }
+}
+
+#[test]
+fn strict_makes_a_broken_should_fail_the_run() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let target = fixture_target("--deviation spaced-json");
+    let (code, _, _) = run_json(&target, &["--filter", "agent-socket/framing/compact"]);
+    assert_eq!(code, 0, "a SHOULD is a warning");
+    let (code, report, _) = run_json(
+        &target,
+        &["--filter", "agent-socket/framing/compact", "--strict"],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(outcome_ids(&report, "fail").len(), 1);
+}
+
+#[test]
+fn every_format_renders_and_output_writes_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["human", "json", "junit", "markdown"] {
+        let path = dir.path().join(format!("report.{format}"));
+        let out = conform()
+            .args([
+                "run",
+                "--protocol",
+                "agent-socket",
+                "--filter",
+                "agent-socket/handshake/",
+                "--format",
+                format,
+                "--output",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{format}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("agent-socket/handshake/version"),
+            "{format}: {text}"
+        );
+    }
+}
+
+/// Processes whose environment carries `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.windows(marker.len()).any(|w| w == marker.as_bytes())
+        {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn a_spawned_target_and_its_children_are_gone_after_the_run() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let marker = format!("CONFORM_TEST_MARKER_{}", std::process::id());
+    // The target leaves a grandchild holding its pipes, and ignores SIGTERM.
+    let target = format!(
+        "exec:{marker}=1 sh -c 'trap \"\" TERM; sleep 300 & exec python3 {} --listen \"$0\"' {{socket}}",
+        support::fixture().display()
+    );
+    let (code, report, stderr) = run_json(&target, &["--filter", "agent-socket/handshake/version"]);
+    assert_eq!(code, 0, "{stderr} {report:#}");
+    let left = processes_with(&format!("{marker}=1"));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,0 +1,196 @@
+//! Test support: run conform against the fixture server and compare.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+pub fn conform() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_conform"))
+}
+
+pub fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agent_socket_server.py")
+}
+
+pub fn python_available() -> bool {
+    Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The exec: target for the fixture with `args`.
+pub fn fixture_target(args: &str) -> String {
+    format!(
+        "exec:python3 {} --listen {{socket}} {args}",
+        fixture().display()
+    )
+}
+
+/// One double and the outcome it must get.
+pub struct Double {
+    pub name: String,
+    pub args: String,
+    pub fail: BTreeSet<String>,
+    pub warn: BTreeSet<String>,
+    /// How many cases must be skipped, when it matters.
+    pub skipped: Option<usize>,
+}
+
+/// Runs conform with JSON output; returns (exit code, report).
+pub fn run_json(target: &str, extra: &[&str]) -> (i32, Value, String) {
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--format",
+            "json",
+            "--target",
+            target,
+        ])
+        .args(extra)
+        .output()
+        .expect("conform runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), report, stderr)
+}
+
+pub fn outcome_ids(report: &Value, outcome: &str) -> BTreeSet<String> {
+    report["cases"]
+        .as_array()
+        .map(|cases| {
+            cases
+                .iter()
+                .filter(|c| c["outcome"] == outcome)
+                .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs every double, a few at a time, and returns what did not match and
+/// each double's report.
+pub fn run_doubles(doubles: &[Double]) -> (Vec<String>, Vec<(String, Value)>) {
+    let problems = Arc::new(Mutex::new(Vec::new()));
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let next = Arc::new(Mutex::new(0usize));
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            let problems = problems.clone();
+            let reports = reports.clone();
+            let next = next.clone();
+            scope.spawn(move || {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let Some(d) = doubles.get(i) else { break };
+                    let (problem, report) = check(d);
+                    if let Some(p) = problem {
+                        problems.lock().unwrap().push(p);
+                    }
+                    reports.lock().unwrap().push((d.name.clone(), report));
+                }
+            });
+        }
+    });
+    let mut out = problems.lock().unwrap().clone();
+    out.sort();
+    let mut reports = reports.lock().unwrap().clone();
+    reports.sort_by(|a, b| a.0.cmp(&b.0));
+    (out, reports)
+}
+
+fn check(d: &Double) -> (Option<String>, Value) {
+    let (code, report, stderr) = run_json(&fixture_target(&d.args), &[]);
+    let failed = outcome_ids(&report, "fail");
+    let warned = outcome_ids(&report, "warn");
+    let errors = outcome_ids(&report, "error");
+    let skipped = outcome_ids(&report, "skip");
+    let expected_code = if d.fail.is_empty() { 0 } else { 1 };
+    let mut why = Vec::new();
+    if code != expected_code {
+        why.push(format!("exit {code}, expected {expected_code}"));
+    }
+    if failed != d.fail {
+        why.push(format!(
+            "failed: unexpected {:?}, missing {:?}",
+            failed.difference(&d.fail).collect::<Vec<_>>(),
+            d.fail.difference(&failed).collect::<Vec<_>>()
+        ));
+    }
+    if warned != d.warn {
+        why.push(format!(
+            "warned: unexpected {:?}, missing {:?}",
+            warned.difference(&d.warn).collect::<Vec<_>>(),
+            d.warn.difference(&warned).collect::<Vec<_>>()
+        ));
+    }
+    if !errors.is_empty() {
+        why.push(format!("conform errors: {errors:?}"));
+    }
+    if let Some(n) = d.skipped
+        && skipped.len() != n
+    {
+        why.push(format!(
+            "{} skipped, expected {n}: {skipped:?}",
+            skipped.len()
+        ));
+    }
+    let problem = if why.is_empty() {
+        None
+    } else {
+        Some(format!("{}: {}\nstderr: {stderr}", d.name, why.join("; ")))
+    };
+    (problem, report)
+}
+
+/// The outcome of every case, one per line, with the message of anything
+/// but a pass: what a reviewer reads in a snapshot.
+pub fn outcome_text(report: &Value) -> String {
+    let mut out = String::new();
+    for c in report["cases"].as_array().into_iter().flatten() {
+        let outcome = c["outcome"].as_str().unwrap_or("?");
+        out.push_str(&format!(
+            "{outcome:<5} {}\n",
+            c["id"].as_str().unwrap_or("?")
+        ));
+        if outcome != "pass" {
+            for line in c["message"].as_str().unwrap_or("").lines() {
+                out.push_str(&format!("      {line}\n"));
+            }
+        }
+    }
+    out.push_str(&format!("summary: {}\n", report["summary"]));
+    out
+}
+
+/// Snapshots a report in `snapshots/`, with what varies from run to run
+/// (temporary paths, process ids, the interpreter's path, sizes that follow
+/// from them) redacted.
+pub fn snapshot_report(name: &str, report: &Value) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.add_filter(r#""python":"[^"]*""#, r#""python":"[python]""#);
+    // Per-case tokens are `<slug>-<pid>-<n>`; request ids depend on scheduling.
+    settings.add_filter(
+        r"(\.conform-|call-|client_tool:|conform-id-)[a-z0-9-]*?-\d+-\d+",
+        "$1[uniq]",
+    );
+    settings.add_filter(
+        r"`id` is (\S+?)x?, the request's was \S+",
+        "`id` is [other], the request's was [id]",
+    );
+    settings.add_filter(r#"(/tmp|/var/tmp)/[^\s"',]+"#, "[tmp]");
+    settings.add_filter(r"\(\d+ bytes\)", "(N bytes)");
+    settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
+}
