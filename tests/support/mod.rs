@@ -192,5 +192,10 @@ pub fn snapshot_report(name: &str, report: &Value) {
     );
     settings.add_filter(r#"(/tmp|/var/tmp)/[^\s"',]+"#, "[tmp]");
     settings.add_filter(r"\(\d+ bytes\)", "(N bytes)");
+    // A dying target refuses or resets a connection depending on timing.
+    settings.add_filter(
+        r"(cannot connect to \[tmp\] )?[A-Z][a-z ]+ \(os error \d+\)",
+        "[connection failed]",
+    );
     settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
 }

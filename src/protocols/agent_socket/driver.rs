@@ -27,6 +27,8 @@ const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 const DEFAULT_DEADLINE: f64 = 10.0;
 /// The wait for a command run with `timeout: null`, which Vibe would wait on forever.
 const UNBOUNDED_COMMAND_CAP: f64 = 120.0;
+/// How long a failed connection waits to see whether the target died.
+const EXIT_SETTLE: Duration = Duration::from_millis(300);
 /// How long `nothingAfter` listens past the reply line.
 const AFTER_REPLY_WINDOW: Duration = Duration::from_millis(300);
 
@@ -67,6 +69,19 @@ impl Session {
             // Vibe's ids count from 1 for the life of the process.
             next_id: AtomicI64::new(1),
             next_uniq: AtomicI64::new(1),
+        }
+    }
+
+    /// After a connection failed, gives a dying target a moment to be seen
+    /// dead, so the report says why rather than racing its exit.
+    async fn settle(&self, outcome: &ReadOutcome) {
+        let failed = matches!(
+            outcome,
+            ReadOutcome::Failed { .. } | ReadOutcome::Closed { .. }
+        );
+        if let (true, Some(rx)) = (failed, &self.exit) {
+            let mut rx = rx.clone();
+            let _ = tokio::time::timeout(EXIT_SETTLE, rx.wait_for(|s| s.is_some())).await;
         }
     }
 
@@ -387,7 +402,10 @@ impl CaseRun<'_> {
                 return;
             };
             match handle.await {
-                Ok(p) => self.judge(step.expect.as_ref(), &p, name),
+                Ok(p) => {
+                    self.session.settle(&p.outcome).await;
+                    self.judge(step.expect.as_ref(), &p, name)
+                }
                 Err(e) => self.conform_error = Some(format!("connection `{name}`: {e}")),
             }
             return;
@@ -569,6 +587,7 @@ impl CaseRun<'_> {
         };
         if step.wait {
             let p = task.await;
+            self.session.settle(&p.outcome).await;
             if step.close {
                 if let ReadOutcome::Failed { error, .. } = &p.outcome {
                     self.findings
