@@ -162,24 +162,16 @@ fn junit(report: &RunReport) -> String {
     let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
     let total_ms: u64 = report.cases.iter().map(|c| c.duration_ms).sum();
     let name = xml_escape(&format!("conform {} {}", report.protocol, report.role));
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">",
+    // The same counts on the run (testsuites) and its one suite (testsuite).
+    let counts = format!(
+        "name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\"",
         s.total,
         s.failed,
         s.errors,
         s.skipped,
         seconds(total_ms)
     );
-    let _ = writeln!(
-        out,
-        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{}\">",
-        s.total,
-        s.failed,
-        s.errors,
-        s.skipped,
-        seconds(total_ms)
-    );
+    let _ = writeln!(out, "<testsuites {counts}>\n  <testsuite {counts}>");
     let _ = writeln!(
         out,
         "    <properties><property name=\"target\" value=\"{}\"/></properties>",
