@@ -30,20 +30,24 @@ pub fn catalogue() -> Catalogue {
 
 /// The embedded cases plus `extra` files, checked.
 pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
+    let catalogue = catalogue();
     let mut base = Vec::new();
     for (path, text) in crate::corpus::files_under("agent-socket/cases") {
-        base.extend(checked(&format!("corpus/{path}"), text)?);
+        base.extend(checked(&catalogue, &format!("corpus/{path}"), text)?);
     }
     let mut over = Vec::new();
     for (path, text) in extra {
-        over.extend(checked(path, text)?);
+        over.extend(checked(&catalogue, path, text)?);
     }
     Ok(case::merge(base, over))
 }
 
-fn checked(origin: &str, text: &str) -> Result<Vec<Case<Step>>, CaseFileError> {
+fn checked(
+    catalogue: &Catalogue,
+    origin: &str,
+    text: &str,
+) -> Result<Vec<Case<Step>>, CaseFileError> {
     let cases: Vec<Case<Step>> = case::parse_cases(origin, text)?;
-    let catalogue = catalogue();
     for c in &cases {
         for (i, s) in c.steps.iter().chain(&c.finally).enumerate() {
             s.validate().map_err(|m| CaseFileError::Invalid {
