@@ -3,7 +3,10 @@
 
 mod support;
 
-use support::{conform, fixture_target, outcome_ids, python_available, run_json, snapshot_report};
+use support::{
+    conform, fixture_target, outcome_ids, python_available, run_agent_socket, run_json,
+    snapshot_report,
+};
 
 #[test]
 fn the_builtin_server_passes_every_case() {
@@ -45,16 +48,7 @@ fn list_prints_every_case_with_level_and_requirement() {
 
 #[test]
 fn zero_selected_cases_is_exit_2_not_a_green_run() {
-    let out = conform()
-        .args([
-            "run",
-            "--protocol",
-            "agent-socket",
-            "--filter",
-            "no-such-case/*",
-        ])
-        .output()
-        .unwrap();
+    let out = run_agent_socket(&["--filter", "no-such-case/*"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no case selected"));
 }
@@ -66,10 +60,7 @@ fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
         "unix:/nonexistent/conform.sock",
         "tcp:nothing",
     ] {
-        let out = conform()
-            .args(["run", "--protocol", "agent-socket", "--target", target])
-            .output()
-            .unwrap();
+        let out = run_agent_socket(&["--target", target]);
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -77,16 +68,7 @@ fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = conform()
-        .args([
-            "run",
-            "--protocol",
-            "agent-socket",
-            "--target",
-            "exec:echo starting >&2; exit 7",
-        ])
-        .output()
-        .unwrap();
+    let out = run_agent_socket(&["--target", "exec:echo starting >&2; exit 7"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("exited with status 7") && stderr.contains("starting"),
@@ -143,16 +125,7 @@ fn a_bad_case_file_is_exit_2() {
         "not json",
     ] {
         std::fs::write(&file, body).unwrap();
-        let out = conform()
-            .args([
-                "run",
-                "--protocol",
-                "agent-socket",
-                "--case",
-                file.to_str().unwrap(),
-            ])
-            .output()
-            .unwrap();
+        let out = run_agent_socket(&["--case", file.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2), "{body}");
     }
 }
@@ -179,20 +152,14 @@ fn every_format_renders_and_output_writes_a_file() {
     let dir = tempfile::tempdir().unwrap();
     for format in ["human", "json", "junit", "markdown"] {
         let path = dir.path().join(format!("report.{format}"));
-        let out = conform()
-            .args([
-                "run",
-                "--protocol",
-                "agent-socket",
-                "--filter",
-                "agent-socket/handshake/",
-                "--format",
-                format,
-                "--output",
-            ])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = run_agent_socket(&[
+            "--filter",
+            "agent-socket/handshake/",
+            "--format",
+            format,
+            "--output",
+            path.to_str().unwrap(),
+        ]);
         assert_eq!(out.status.code(), Some(0), "{format}");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(

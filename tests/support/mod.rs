@@ -11,6 +11,15 @@ pub fn conform() -> Command {
     Command::new(env!("CARGO_BIN_EXE_conform"))
 }
 
+/// `conform run --protocol agent-socket` with `args`, run to its end.
+pub fn run_agent_socket(args: &[&str]) -> std::process::Output {
+    conform()
+        .args(["run", "--protocol", "agent-socket"])
+        .args(args)
+        .output()
+        .expect("conform runs")
+}
+
 pub fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agent_socket_server.py")
 }
@@ -42,19 +51,9 @@ pub struct Double {
 
 /// Runs conform with JSON output; returns (exit code, report).
 pub fn run_json(target: &str, extra: &[&str]) -> (i32, Value, String) {
-    let out = conform()
-        .args([
-            "run",
-            "--protocol",
-            "agent-socket",
-            "--format",
-            "json",
-            "--target",
-            target,
-        ])
-        .args(extra)
-        .output()
-        .expect("conform runs");
+    let mut args = vec!["--format", "json", "--target", target];
+    args.extend_from_slice(extra);
+    let out = run_agent_socket(&args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out.status.code().unwrap_or(-1), report, stderr)

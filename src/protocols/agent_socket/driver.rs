@@ -3,7 +3,7 @@
 
 use super::steps::{Expect, NamedCheck, Raw, ReplyRule, Send, Step};
 use super::table::{self, Deadline};
-use super::validate::{self, DeclaredTool};
+use super::validate::{self, DeclaredSandbox, DeclaredTool};
 use crate::case::Case;
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
@@ -72,14 +72,17 @@ impl Session {
         }
     }
 
-    /// After a connection failed, gives a dying target a moment to be seen
-    /// dead, so the report says why rather than racing its exit.
-    async fn settle(&self, outcome: &ReadOutcome) {
+    /// After a connection failed where a reply was due, gives a dying target
+    /// a moment to be seen dead, so the report says why rather than racing
+    /// its exit. Replies that may be missing (`optional`, `none`) wait for
+    /// nothing.
+    async fn settle(&self, outcome: &ReadOutcome, rule: ReplyRule) {
+        let due = !matches!(rule, ReplyRule::Optional | ReplyRule::None);
         let failed = matches!(
             outcome,
             ReadOutcome::Failed { .. } | ReadOutcome::Closed { .. }
         );
-        if let (true, Some(rx)) = (failed, &self.exit) {
+        if let (true, true, Some(rx)) = (due, failed, &self.exit) {
             let mut rx = rx.clone();
             let _ = tokio::time::timeout(EXIT_SETTLE, rx.wait_for(|s| s.is_some())).await;
         }
@@ -150,25 +153,27 @@ impl Session {
                 {
                     d.tool_timeout = t;
                 }
-                let ws = r.get("workspace").filter(|v| !v.is_null());
-                let py = r.get("python").filter(|v| !v.is_null());
-                d.sandbox_unusable = match (ws, py) {
-                    (None, None) => Some(
+                d.sandbox_unusable = match validate::declared_sandbox(&r) {
+                    DeclaredSandbox::None => Some(
                         "the server declares no sandbox (workspace and python are null)".into(),
                     ),
-                    (Some(Value::String(w)), Some(Value::String(p))) => {
-                        d.vars.set("workspace", json!(w));
-                        d.vars.set("python", json!(p));
-                        if w.starts_with('/') {
+                    DeclaredSandbox::Pair { workspace, python } => {
+                        d.vars.set("workspace", json!(workspace));
+                        d.vars.set("python", json!(python));
+                        if validate::is_absolute(&workspace) {
                             None
                         } else {
                             Some(format!(
-                                "the declared workspace {w:?} is not absolute, so Vibe cannot use the sandbox"
+                                "the declared workspace {workspace:?} is not absolute, so Vibe cannot use the sandbox"
                             ))
                         }
                     }
-                    _ => Some(
+                    DeclaredSandbox::Half => Some(
                         "workspace and python do not come together, so Vibe cannot use the sandbox"
+                            .into(),
+                    ),
+                    DeclaredSandbox::Malformed => Some(
+                        "workspace and python are not both strings, so Vibe cannot use the sandbox"
                             .into(),
                     ),
                 };
@@ -403,7 +408,12 @@ impl CaseRun<'_> {
             };
             match handle.await {
                 Ok(p) => {
-                    self.session.settle(&p.outcome).await;
+                    let rule = step
+                        .expect
+                        .as_ref()
+                        .map(Expect::rule)
+                        .unwrap_or(ReplyRule::Any);
+                    self.session.settle(&p.outcome, rule).await;
                     self.judge(step.expect.as_ref(), &p, name)
                 }
                 Err(e) => self.conform_error = Some(format!("connection `{name}`: {e}")),
@@ -587,30 +597,26 @@ impl CaseRun<'_> {
         };
         if step.wait {
             let p = task.await;
-            self.session.settle(&p.outcome).await;
             if step.close {
+                // The close was conform's own; only a failure to connect or write counts.
+                if matches!(p.outcome, ReadOutcome::Failed { .. }) {
+                    self.session.settle(&p.outcome, ReplyRule::Any).await;
+                }
                 if let ReadOutcome::Failed { error, .. } = &p.outcome {
                     self.findings
                         .push(format!("{error}{}", self.session.target_note()));
                 }
                 return;
             }
+            // Still serving means answering with a reply line at all; the
+            // handshake's content is graded by the handshake cases.
             let expect = if step.probe {
-                // Still serving means answering with a reply line at all; the
-                // handshake's content is graded by the handshake cases.
-                Some(Expect {
-                    reply: Some(ReplyRule::Any),
-                    result: None,
-                    error: None,
-                    shape: false,
-                    envelope: false,
-                    compact: false,
-                    nothing_after: false,
-                    checks: vec![],
-                })
+                Some(Expect::any_reply())
             } else {
                 expect
             };
+            let rule = expect.as_ref().map(Expect::rule).unwrap_or(ReplyRule::Any);
+            self.session.settle(&p.outcome, rule).await;
             let before = self.findings.len();
             self.judge(expect.as_ref(), &p, &conn_name);
             if step.probe && self.findings.len() > before {
@@ -746,12 +752,19 @@ impl CaseRun<'_> {
                 return;
             }
         };
-        let describes = expect.is_some_and(|e| e.checks.contains(&NamedCheck::DescribeHalves));
-        if describes {
-            self.observations.push(describe_halves(&reply.kind));
-        } else {
+        let checks: Vec<CheckFindings> = expect
+            .map(|e| e.checks.iter().map(|c| named_check(*c, &reply)).collect())
+            .unwrap_or_default();
+        // A check that says what it saw speaks instead of the raw reply.
+        let seen: Vec<String> = checks
+            .iter()
+            .filter_map(|c| c.observation.clone())
+            .collect();
+        if seen.is_empty() {
             self.observations
                 .push(format!("{what}: {}", describe_kind(&reply.kind)));
+        } else {
+            self.observations.extend(seen);
         }
         let Some(expect) = expect else { return };
         if rule == ReplyRule::Optional {
@@ -819,8 +832,8 @@ impl CaseRun<'_> {
                 truncate(&String::from_utf8_lossy(rest), 200)
             ));
         }
-        for check in &expect.checks {
-            errors.extend(named_check(*check, &reply));
+        for check in checks {
+            errors.extend(check.errors);
         }
         for e in errors {
             self.findings.push(format!("{what}: {e}"));
@@ -841,7 +854,23 @@ impl CaseRun<'_> {
     }
 }
 
-fn named_check(check: NamedCheck, reply: &Reply) -> Vec<String> {
+/// What a named check found: broken rules, and what it saw worth saying.
+#[derive(Default)]
+struct CheckFindings {
+    errors: Vec<String>,
+    observation: Option<String>,
+}
+
+impl From<Vec<String>> for CheckFindings {
+    fn from(errors: Vec<String>) -> Self {
+        CheckFindings {
+            errors,
+            observation: None,
+        }
+    }
+}
+
+fn named_check(check: NamedCheck, reply: &Reply) -> CheckFindings {
     let result = match &reply.kind {
         ReplyKind::Result(r) => Some(r),
         _ => None,
@@ -849,45 +878,50 @@ fn named_check(check: NamedCheck, reply: &Reply) -> Vec<String> {
     match check {
         NamedCheck::ToolDeclarations => result
             .map(|r| validate::declaration_violations(&validate::declared_tools(r)))
-            .unwrap_or_default(),
-        NamedCheck::SandboxPair => {
-            let Some(r) = result else { return vec![] };
-            let present = |k: &str| r.get(k).is_some_and(|v| !v.is_null());
-            if present("workspace") != present("python") {
-                vec![
-                    "`workspace` and `python` must come together: one is set and the other is null"
-                        .into(),
-                ]
-            } else {
-                vec![]
-            }
-        }
+            .unwrap_or_default()
+            .into(),
+        NamedCheck::SandboxPair => match result.map(validate::declared_sandbox) {
+            Some(DeclaredSandbox::Half) => vec![
+                "`workspace` and `python` must come together: one is set and the other is null"
+                    .to_owned(),
+            ]
+            .into(),
+            _ => CheckFindings::default(),
+        },
         NamedCheck::WorkspaceAbsolute => match result
             .and_then(|r| r.get("workspace"))
             .and_then(Value::as_str)
         {
-            Some(w) if !w.starts_with('/') => {
-                vec![format!("the workspace {w:?} is not an absolute path")]
+            Some(w) if !validate::is_absolute(w) => {
+                vec![format!("the workspace {w:?} is not an absolute path")].into()
             }
-            _ => vec![],
+            _ => CheckFindings::default(),
         },
-        NamedCheck::DescribeHalves => vec![],
-        NamedCheck::TimeoutData => match &reply.kind {
-            ReplyKind::Error {
-                code: Some(c),
-                data: Some(data),
-                ..
-            } if *c == table::TIMEOUT_ERROR && !data.is_null() => {
-                match data.get("timeoutSeconds") {
-                    Some(t) if t.as_f64().is_some_and(|x| x > 0.0) && !t.is_boolean() => vec![],
+        NamedCheck::DescribeHalves => CheckFindings {
+            errors: vec![],
+            observation: Some(describe_halves(&reply.kind)),
+        },
+        NamedCheck::TimeoutData => {
+            match &reply.kind {
+                ReplyKind::Error {
+                    code: Some(c),
+                    data: Some(data),
+                    ..
+                } if *c == table::TIMEOUT_ERROR && !data.is_null() => {
+                    match data.get("timeoutSeconds") {
+                    Some(t) if t.as_f64().is_some_and(|x| x > 0.0) && !t.is_boolean() => {
+                        CheckFindings::default()
+                    }
                     _ => vec![format!(
                         "a -32001 error's data is {}, not {{\"timeoutSeconds\": <positive number>}}: Vibe ignores it",
                         matcher::brief(data)
-                    )],
+                    )]
+                    .into(),
                 }
+                }
+                _ => CheckFindings::default(),
             }
-            _ => vec![],
-        },
+        }
     }
 }
 
@@ -896,11 +930,11 @@ fn describe_halves(kind: &ReplyKind) -> String {
     let ReplyKind::Result(r) = kind else {
         return format!("the handshake was answered with {}", describe_kind(kind));
     };
-    let set = |k: &str| r.get(k).is_some_and(|v| !v.is_null());
-    let sandbox = match (set("workspace"), set("python")) {
-        (true, true) => "a sandbox",
-        (false, false) => "no sandbox",
-        _ => "half a sandbox (workspace and python do not come together)",
+    let sandbox = match validate::declared_sandbox(r) {
+        DeclaredSandbox::Pair { .. } => "a sandbox",
+        DeclaredSandbox::None => "no sandbox",
+        DeclaredSandbox::Half => "half a sandbox (workspace and python do not come together)",
+        DeclaredSandbox::Malformed => "a malformed sandbox (workspace and python not both strings)",
     };
     let tools: Vec<String> = validate::declared_tools(r)
         .into_iter()

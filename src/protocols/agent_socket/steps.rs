@@ -97,7 +97,8 @@ pub enum ReplyRule {
     None,
 }
 
-/// Checks written once in code and named from the data.
+/// Checks written once in code and named from the data. A check finds
+/// broken rules, and may say what it saw (for INFO cases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NamedCheck {
@@ -109,7 +110,7 @@ pub enum NamedCheck {
     WorkspaceAbsolute,
     /// A -32001 error's optional `data` is `{"timeoutSeconds": positive}`.
     TimeoutData,
-    /// Not a check: says which halves the handshake declares.
+    /// Breaks nothing: says which halves the handshake declares.
     DescribeHalves,
 }
 
@@ -141,6 +142,20 @@ pub struct Expect {
 }
 
 impl Expect {
+    /// A reply line of either kind, nothing else checked.
+    pub fn any_reply() -> Expect {
+        Expect {
+            reply: Some(ReplyRule::Any),
+            result: None,
+            error: None,
+            shape: false,
+            envelope: false,
+            compact: false,
+            nothing_after: false,
+            checks: vec![],
+        }
+    }
+
     /// The reply rule, by default read from which pattern is given.
     pub fn rule(&self) -> ReplyRule {
         self.reply.unwrap_or(match (&self.result, &self.error) {

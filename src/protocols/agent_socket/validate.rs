@@ -97,6 +97,39 @@ fn kind(v: &Value) -> String {
     format!("{name} ({})", crate::matcher::brief(v))
 }
 
+/// What an `agent/initialize` result says of the sandbox half.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclaredSandbox {
+    /// `workspace` and `python` both null or absent: no sandbox.
+    None,
+    /// Both strings.
+    Pair { workspace: String, python: String },
+    /// One set and the other null: "`workspace` and `python` come together" is broken.
+    Half,
+    /// Both set, not both strings (the shape checks report it).
+    Malformed,
+}
+
+/// Reads the sandbox half of an `agent/initialize` result, once for every
+/// user: the handshake, the `sandbox-pair` check and the halves description.
+pub fn declared_sandbox(result: &Value) -> DeclaredSandbox {
+    let set = |k: &str| result.get(k).filter(|v| !v.is_null());
+    match (set("workspace"), set("python")) {
+        (None, None) => DeclaredSandbox::None,
+        (Some(Value::String(w)), Some(Value::String(p))) => DeclaredSandbox::Pair {
+            workspace: w.clone(),
+            python: p.clone(),
+        },
+        (Some(_), Some(_)) => DeclaredSandbox::Malformed,
+        _ => DeclaredSandbox::Half,
+    }
+}
+
+/// `PurePosixPath(path).is_absolute()`.
+pub fn is_absolute(path: &str) -> bool {
+    path.starts_with('/')
+}
+
 /// A tool the server declared, read with the client's defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeclaredTool {
@@ -259,6 +292,27 @@ mod tests {
             shape_violations(&json!({}), table::READ_FILE_RESULT, "r").len(),
             1
         );
+    }
+
+    #[test]
+    fn the_sandbox_half_needs_both_workspace_and_python() {
+        assert_eq!(declared_sandbox(&json!({})), DeclaredSandbox::None);
+        assert_eq!(
+            declared_sandbox(&json!({"workspace": null, "python": null})),
+            DeclaredSandbox::None
+        );
+        assert_eq!(
+            declared_sandbox(&json!({"workspace": "/w"})),
+            DeclaredSandbox::Half
+        );
+        assert_eq!(
+            declared_sandbox(&json!({"workspace": "/w", "python": 3})),
+            DeclaredSandbox::Malformed
+        );
+        assert!(matches!(
+            declared_sandbox(&json!({"workspace": "/w", "python": "p"})),
+            DeclaredSandbox::Pair { .. }
+        ));
     }
 
     #[test]
