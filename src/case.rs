@@ -58,6 +58,10 @@ pub struct Case<S> {
     pub needs: Vec<String>,
     #[serde(default)]
     pub phase: Phase,
+    /// Settings the protocol's driver reads for the whole case (for acp: the
+    /// editor's capabilities, the session setup, the permission answers).
+    #[serde(default)]
+    pub config: serde_json::Value,
     /// Repeat the steps for each item of a list the target declared (for
     /// agent-socket: `tool`), inside this one case so its id stays stable.
     #[serde(default)]

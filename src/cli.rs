@@ -1,9 +1,11 @@
 //! The `conform` command line (DESIGN.md: extend it, never break it).
 
+use crate::case::Case;
 use crate::case::{self, filter_matches};
 use crate::error::RunError;
-use crate::protocols::{Protocol, agent_socket};
+use crate::protocols::{Protocol, acp, agent_socket};
 use crate::report::{self, Format};
+use crate::requirements::Catalogue;
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
 use std::io::{IsTerminal, Write};
@@ -80,9 +82,9 @@ pub struct ListArgs {
 pub struct ReferenceArgs {
     #[arg(long, value_enum)]
     pub protocol: Protocol,
-    /// The Unix socket to listen on (agent-socket).
+    /// The Unix socket to listen on (agent-socket; acp serves on stdio).
     #[arg(long)]
-    pub listen: PathBuf,
+    pub listen: Option<PathBuf>,
     /// The sandbox workspace; by default a fresh temporary directory.
     #[arg(long)]
     pub workspace: Option<PathBuf>,
@@ -130,9 +132,12 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
             ))
         })?,
     };
-    if protocol != Protocol::AgentSocket || role != "server" {
+    if !matches!(
+        (protocol, role),
+        (Protocol::AgentSocket, "server") | (Protocol::Acp, "agent")
+    ) {
         return Err(RunError::Usage(format!(
-            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server is",
+            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and acp agent are",
             protocol.id()
         )));
     }
@@ -159,15 +164,6 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         ));
     }
     let extra = case::read_case_paths(&args.cases)?;
-    let mut cases = agent_socket::load_cases(&extra)?;
-    if let Some(f) = &args.filter {
-        cases.retain(|c| filter_matches(f, &c.id));
-    }
-    if cases.is_empty() {
-        return Err(RunError::Usage(
-            "no case selected: a run of zero cases proves nothing".into(),
-        ));
-    }
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -175,12 +171,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             .max(2)
             * 2
     });
-    let options = agent_socket::RunOptions {
-        target,
-        jobs: jobs.max(1),
-        strict: args.strict,
-        startup_timeout: Duration::from_secs_f64(args.startup_timeout),
-    };
+    let startup_timeout = Duration::from_secs_f64(args.startup_timeout);
     // Progress: on stdout for a human report there, else on stderr when it is a terminal.
     let live_stdout = args.format == Format::Human && args.output.is_none();
     let live_stderr = !live_stdout && std::io::stderr().is_terminal();
@@ -192,7 +183,28 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             eprintln!("{line}");
         }
     };
-    let report = agent_socket::run(&options, cases, &mut progress).await?;
+    let report = match args.protocol {
+        Protocol::Acp => {
+            let cases = selected(acp::load_cases(&extra)?, args.filter.as_deref())?;
+            let options = acp::RunOptions {
+                target,
+                jobs: jobs.max(1),
+                strict: args.strict,
+                startup_timeout,
+            };
+            acp::run(&options, cases, &mut progress).await?
+        }
+        _ => {
+            let cases = selected(agent_socket::load_cases(&extra)?, args.filter.as_deref())?;
+            let options = agent_socket::RunOptions {
+                target,
+                jobs: jobs.max(1),
+                strict: args.strict,
+                startup_timeout,
+            };
+            agent_socket::run(&options, cases, &mut progress).await?
+        }
+    };
     let text = if live_stdout {
         report::human(&report, false)
     } else {
@@ -210,17 +222,37 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     Ok(report.exit_code())
 }
 
-fn list(args: ListArgs) -> Result<i32, RunError> {
-    check_role(args.protocol, args.role.as_deref())?;
-    let mut cases = agent_socket::load_cases(&[])?;
-    if let Some(f) = &args.filter {
+/// The cases `--filter` selects; none is a usage error.
+fn selected<S>(mut cases: Vec<Case<S>>, filter: Option<&str>) -> Result<Vec<Case<S>>, RunError> {
+    if let Some(f) = filter {
         cases.retain(|c| filter_matches(f, &c.id));
     }
     if cases.is_empty() {
-        return Err(RunError::Usage("no case selected".into()));
+        return Err(RunError::Usage(
+            "no case selected: a run of zero cases proves nothing".into(),
+        ));
     }
-    let catalogue = agent_socket::catalogue();
-    if args.json {
+    Ok(cases)
+}
+
+fn list(args: ListArgs) -> Result<i32, RunError> {
+    check_role(args.protocol, args.role.as_deref())?;
+    match args.protocol {
+        Protocol::Acp => print_cases(
+            &selected(acp::load_cases(&[])?, args.filter.as_deref())?,
+            &acp::catalogue(),
+            args.json,
+        ),
+        _ => print_cases(
+            &selected(agent_socket::load_cases(&[])?, args.filter.as_deref())?,
+            &agent_socket::catalogue(),
+            args.json,
+        ),
+    }
+}
+
+fn print_cases<S>(cases: &[Case<S>], catalogue: &Catalogue, json: bool) -> Result<i32, RunError> {
+    if json {
         let items: Vec<serde_json::Value> = cases
             .iter()
             .map(|c| {
@@ -236,7 +268,7 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
         );
         return Ok(0);
     }
-    for c in &cases {
+    for c in cases {
         let needs = if c.needs.is_empty() {
             String::new()
         } else {
@@ -261,12 +293,25 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
 }
 
 async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
-    if args.protocol != Protocol::AgentSocket {
-        return Err(RunError::Usage(format!(
-            "no reference for {} in this version yet",
-            args.protocol.id()
-        )));
+    match args.protocol {
+        Protocol::Acp => {
+            acp::reference::serve()
+                .await
+                .map_err(|e| RunError::Conform(format!("the reference agent failed: {e}")))?;
+            return Ok(0);
+        }
+        Protocol::Cwx => {
+            return Err(RunError::Usage(
+                "no reference for cwx in this version yet".into(),
+            ));
+        }
+        Protocol::AgentSocket => {}
     }
+    let Some(listen) = args.listen else {
+        return Err(RunError::Usage(
+            "agent-socket's reference needs --listen PATH".into(),
+        ));
+    };
     let (_tmp, workspace) = match args.workspace {
         Some(w) => (None, w),
         None => {
@@ -278,9 +323,9 @@ async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
             (Some(t), p)
         }
     };
-    let (task, running) = agent_socket::start_reference(&args.listen, &workspace)
+    let (task, running) = agent_socket::start_reference(&listen, &workspace)
         .await
-        .map_err(|e| RunError::Usage(format!("cannot listen on {}: {e}", args.listen.display())))?;
+        .map_err(|e| RunError::Usage(format!("cannot listen on {}: {e}", listen.display())))?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| RunError::Conform(e.to_string()))?;
     tokio::select! {
@@ -289,6 +334,6 @@ async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
     }
     task.abort();
     running.kill_all();
-    let _ = std::fs::remove_file(&args.listen);
+    let _ = std::fs::remove_file(&listen);
     Ok(0)
 }

@@ -1,5 +1,6 @@
 //! The protocols conform tests.
 
+pub mod acp;
 pub mod agent_socket;
 
 use clap::ValueEnum;

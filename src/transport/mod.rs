@@ -2,4 +2,5 @@
 //! this layer is sans-IO; every wait here is bounded by a deadline.
 
 pub mod process;
+pub mod stdio;
 pub mod unix;

@@ -63,6 +63,12 @@ fn checked(
                 });
             }
         }
+        if !c.config.is_null() {
+            return Err(CaseFileError::Invalid {
+                path: origin.into(),
+                message: format!("case {}: agent-socket cases take no `config`", c.id),
+            });
+        }
         if let Some(each) = &c.for_each
             && each != "tool"
         {

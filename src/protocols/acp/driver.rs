@@ -1,0 +1,1154 @@
+//! conform playing the editor: one fresh agent process per case, the case's
+//! steps, the editor's answers to the agent, and the grading. The checks
+//! live in `monitor` (every line) and here (what a step expects); this file
+//! is the I/O glue around them.
+
+use super::editor::Editor;
+use super::monitor::{self, Incoming, Monitor};
+use super::steps::{AnswerRule, Config, Expect, NamedCheck, Permission, Setup, Step};
+use super::table;
+use crate::case::{Case, Level};
+use crate::matcher::{self, Vars, truncate};
+use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::requirements::Catalogue;
+use crate::transport::process;
+use crate::transport::stdio::{LineStream, StreamEvent};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a request may take unless a step says otherwise.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// A prompt turn with conform's fake-model script is quick; a real model is not.
+const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a step waits for the agent to make a request it expects.
+const WAIT_FOR_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the agent has to exit after its stdin closes, at the end of a case.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// The most transcript entries a case keeps.
+const TRANSCRIPT_ENTRIES: usize = 400;
+
+/// What conform learned about the agent before the cases ran.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub initialize: Option<Value>,
+    /// `agentCapabilities` (empty object when absent).
+    pub capabilities: Value,
+    /// The `session/new` result, or why there is none.
+    pub session: Result<Value, String>,
+}
+
+impl Probe {
+    /// Why a case with `needs` does not apply to this agent, if it does not.
+    pub fn skip_reason(&self, needs: &[String]) -> Option<String> {
+        for need in needs {
+            let met = match need.as_str() {
+                "session" => self.session.is_ok(),
+                "modes" => self
+                    .session
+                    .as_ref()
+                    .ok()
+                    .and_then(|s| s.pointer("/modes/availableModes"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|m| !m.is_empty()),
+                "configOptions" => self
+                    .session
+                    .as_ref()
+                    .ok()
+                    .and_then(|s| s.get("configOptions"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|m| !m.is_empty()),
+                "authMethods" => self
+                    .initialize
+                    .as_ref()
+                    .and_then(|i| i.get("authMethods"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|m| !m.is_empty()),
+                other => {
+                    table::advertised(&self.capabilities, &format!("/{}", other.replace('.', "/")))
+                }
+            };
+            if !met {
+                return Some(match (need.as_str(), &self.session) {
+                    ("session", Err(why)) => why.clone(),
+                    ("modes", _) => "the agent's session/new result offers no modes".into(),
+                    ("configOptions", _) => {
+                        "the agent's session/new result offers no config options".into()
+                    }
+                    ("authMethods", _) => "the agent advertises no authMethods".into(),
+                    (other, _) => format!("the agent does not advertise agentCapabilities.{other}"),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// What every case of a run shares.
+pub struct Context {
+    /// The command line that starts one agent.
+    pub command: String,
+    pub strict: bool,
+    pub catalogue: Catalogue,
+    pub probe: Probe,
+    pub startup: Duration,
+}
+
+/// The first `initialize` conform sends, for a profile's capabilities.
+pub fn initialize_params(capabilities: Value) -> Value {
+    json!({
+        "protocolVersion": table::PROTOCOL_VERSION,
+        "clientCapabilities": capabilities,
+        "clientInfo": {"name": "conform", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// Why an error answer to a prompt or session/new is outside the protocol
+/// (authentication, the model), so the case is skipped, not failed.
+fn outside_protocol(method: &str, error: &Value) -> Option<String> {
+    let code = error.get("code").and_then(Value::as_i64)?;
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    if code == table::AUTH_REQUIRED.0 {
+        return Some(format!(
+            "the agent requires authentication ({method} answered {code}: {message}); conform has no credentials"
+        ));
+    }
+    // -32603 and the implementation-defined codes (outside JSON-RPC's
+    // reserved range, or -32099..=-32001) carry the agent's own failures.
+    let own = !(-32768..=-32000).contains(&code) || (-32099..=-32001).contains(&code);
+    if method == "session/prompt" && (code == -32603 || own) {
+        return Some(format!(
+            "the prompt failed outside the protocol ({method} answered {code}: {message})"
+        ));
+    }
+    None
+}
+
+/// Starts one agent with the run's command line.
+fn spawn(command: &str) -> Result<LineStream, String> {
+    LineStream::spawn(command, &[], table::LINE_LIMIT)
+        .map_err(|e| format!("cannot start `{command}`: {e}"))
+}
+
+/// Learns what the agent advertises: `initialize` and `session/new` on one
+/// process. An agent that cannot be started or never answers is the target's
+/// failure to start (exit 2), not a case failure.
+pub async fn probe(command: &str, startup: Duration) -> Result<Probe, String> {
+    let mut stream = spawn(command)?;
+    let workspace = super::workspace()?;
+    let mut monitor = Monitor::new();
+    let mut probe = Probe {
+        initialize: None,
+        session: Err("not probed".into()),
+        capabilities: json!({}),
+    };
+    let result = async {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": initialize_params(super::steps::Profile::All.capabilities())});
+        let answer = exchange(&mut stream, &mut monitor, &init, startup).await?;
+        let init =
+            answer.map_err(|e| format!("the agent answered initialize with an error: {e}"))?;
+        probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
+        probe.initialize = Some(init);
+        let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+            "params": {"cwd": workspace.path(), "mcpServers": []}});
+        probe.session = match exchange(&mut stream, &mut monitor, &new, REQUEST_DEADLINE).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(outside_protocol("session/new", &e)
+                .unwrap_or_else(|| format!("session/new failed: {e}"))),
+            Err(e) => Err(e),
+        };
+        Ok::<(), String>(())
+    }
+    .await;
+    stream.close_stdin();
+    let _ = stream.process.wait_for_exit(EXIT_GRACE).await;
+    let _ = stream.process.shutdown(process::TERM_GRACE).await;
+    if let Err(e) = result {
+        let stderr = stream.process.stderr_tail();
+        return Err(if stderr.trim().is_empty() {
+            e
+        } else {
+            format!("{e}; its stderr:\n{}", stderr.trim_end())
+        });
+    }
+    Ok(probe)
+}
+
+/// Sends one request and reads until its answer, answering nothing else
+/// (the probe's agent has no reason to ask anything yet).
+async fn exchange(
+    stream: &mut LineStream,
+    monitor: &mut Monitor,
+    message: &Value,
+    within: Duration,
+) -> Result<Result<Value, Value>, String> {
+    let key = monitor.sent(message).unwrap_or_default();
+    let method = message["method"].as_str().unwrap_or("").to_owned();
+    stream
+        .send(format!("{message}\n").as_bytes(), within)
+        .await?;
+    let until = Instant::now() + within;
+    loop {
+        match stream.next(until).await {
+            None => {
+                return Err(format!(
+                    "the agent did not answer {method} within {:.0}s",
+                    within.as_secs_f64()
+                ));
+            }
+            Some((_, StreamEvent::Line(line))) => {
+                if let Incoming::Response {
+                    key: k, outcome, ..
+                } = monitor.received(&line)
+                    && k == key
+                {
+                    return Ok(outcome);
+                }
+            }
+            Some((_, StreamEvent::TooLong { limit })) => {
+                return Err(format!("the agent wrote a line over {limit} bytes"));
+            }
+            Some((_, StreamEvent::Closed { .. })) => {
+                let status = stream
+                    .process
+                    .wait_for_exit(Duration::from_millis(300))
+                    .await;
+                return Err(format!(
+                    "the agent closed its stdout before answering {method} (it {})",
+                    process::describe_status(status)
+                ));
+            }
+        }
+    }
+}
+
+struct CaseRun<'a> {
+    ctx: &'a Context,
+    config: Config,
+    stream: LineStream,
+    started: Instant,
+    transcript: Vec<TranscriptEntry>,
+    monitor: Monitor,
+    editor: Editor,
+    vars: Vars,
+    next_id: i64,
+    /// `as` names to request keys.
+    named: HashMap<String, String>,
+    /// Answers that arrived, by request key.
+    answers: HashMap<String, Result<Value, Value>>,
+    /// The agent's requests held back by `withhold`: (id, method, params).
+    held: Vec<(Value, String, Value)>,
+    findings: Vec<String>,
+    observations: Vec<String>,
+    skip: Option<String>,
+    conform_error: Option<String>,
+    /// stdout closed (the agent ended or closed it).
+    closed: bool,
+    workspace: std::path::PathBuf,
+}
+
+impl Context {
+    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+        let started = Instant::now();
+        let result =
+            |outcome: Outcome, message: String, transcript: Vec<TranscriptEntry>| CaseResult {
+                id: case.id.clone(),
+                title: case.title.clone(),
+                level: case.level,
+                requirements: case.requirements.clone(),
+                outcome,
+                message,
+                duration_ms: started.elapsed().as_millis() as u64,
+                transcript,
+            };
+        if let Some(why) = self.probe.skip_reason(&case.needs) {
+            return result(Outcome::Skip, why, vec![]);
+        }
+        let config: Config = if case.config.is_null() {
+            Config::default()
+        } else {
+            match serde_json::from_value(case.config.clone()) {
+                Ok(c) => c,
+                Err(e) => return result(Outcome::Error, format!("case config: {e}"), vec![]),
+            }
+        };
+        let workspace = match super::workspace() {
+            Ok(w) => w,
+            Err(e) => return result(Outcome::Error, e, vec![]),
+        };
+        let stream = match spawn(&self.command) {
+            Ok(s) => s,
+            Err(e) => return result(Outcome::Error, e, vec![]),
+        };
+        let ws = workspace.path().to_path_buf();
+        let mut vars = Vars::default();
+        vars.set("workspace", json!(ws.display().to_string()));
+        let mut run = CaseRun {
+            ctx: self,
+            editor: Editor::new(ws.clone(), config.permission),
+            config,
+            stream,
+            started,
+            transcript: Vec::new(),
+            monitor: Monitor::new(),
+            vars,
+            next_id: 0,
+            named: HashMap::new(),
+            answers: HashMap::new(),
+            held: Vec::new(),
+            findings: Vec::new(),
+            observations: Vec::new(),
+            skip: None,
+            conform_error: None,
+            closed: false,
+            workspace: ws,
+        };
+        run.setup().await;
+        for (i, step) in case.steps.iter().enumerate() {
+            if run.skip.is_some()
+                || run.conform_error.is_some()
+                || !run.findings.is_empty() && run.closed
+            {
+                break;
+            }
+            run.step(i, step).await;
+        }
+        run.finish().await;
+        let (outcome, message) = run.grade(case);
+        drop(workspace);
+        result(outcome, message, run.transcript)
+    }
+}
+
+impl CaseRun<'_> {
+    fn log(&mut self, dir: Direction, data: &[u8]) {
+        if self.transcript.len() >= TRANSCRIPT_ENTRIES {
+            return;
+        }
+        self.transcript.push(TranscriptEntry {
+            t_ms: self.started.elapsed().as_millis() as u64,
+            conn: "stdio".into(),
+            dir,
+            data: truncate(&String::from_utf8_lossy(data), TRANSCRIPT_ENTRY_LIMIT),
+        });
+    }
+
+    fn next_id(&mut self) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        json!(id)
+    }
+
+    /// Writes one message; returns the key of a request.
+    async fn send(&mut self, message: &Value) -> Option<String> {
+        let key = self.monitor.sent(message);
+        self.write(format!("{message}\n").into_bytes()).await;
+        key
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>) {
+        self.log(Direction::Sent, &bytes);
+        if let Err(e) = self.stream.send(&bytes, REQUEST_DEADLINE).await {
+            self.log(Direction::Event, e.as_bytes());
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Option<String> {
+        let id = self.next_id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await
+    }
+
+    /// Reads and handles lines until `done` holds or `until` passes; says
+    /// whether `done` held.
+    async fn pump(&mut self, until: Instant, done: &(dyn Fn(&CaseRun<'_>) -> bool + Sync)) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.closed {
+                return false;
+            }
+            let Some((_, event)) = self.stream.next(until).await else {
+                return done(self);
+            };
+            match event {
+                StreamEvent::Line(line) => self.handle_line(&line, until).await,
+                StreamEvent::TooLong { limit } => {
+                    self.log(Direction::Event, b"a line over conform's limit was dropped");
+                    self.conform_error = Some(format!(
+                        "the agent wrote a line over conform's {limit}-byte limit; conform cannot judge it"
+                    ));
+                    return false;
+                }
+                StreamEvent::Closed { partial } => {
+                    self.closed = true;
+                    if !partial.is_empty() {
+                        self.log(Direction::Received, &partial);
+                        // "Messages are delimited by newlines (\n)": a last line
+                        // without its newline is not a whole message.
+                        self.monitor.received(&partial);
+                        self.findings.push(format!(
+                            "the agent's last {} bytes on stdout had no newline",
+                            partial.len()
+                        ));
+                    }
+                    let status = self
+                        .stream
+                        .process
+                        .wait_for_exit(Duration::from_millis(300))
+                        .await;
+                    let what = format!(
+                        "stdout closed; the agent {}",
+                        process::describe_status(status)
+                    );
+                    self.log(Direction::Event, what.as_bytes());
+                    return done(self);
+                }
+            }
+        }
+    }
+
+    async fn handle_line(&mut self, line: &[u8], until: Instant) {
+        self.log(Direction::Received, line);
+        match self.monitor.received(line) {
+            Incoming::Request { id, method, params } => {
+                if self.config.withhold.contains(&method) {
+                    self.held.push((id, method, params));
+                    return;
+                }
+                let within = until
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_secs(1));
+                let answer = self.editor.answer(&method, &params, within).await;
+                self.send(&answer.to_message(&id)).await;
+            }
+            Incoming::Response { key, outcome, .. } => {
+                self.answers.insert(key, outcome);
+            }
+            Incoming::Notification { .. } | Incoming::Unusable => {}
+        }
+    }
+
+    /// Waits for the answer to request `key`; a missing answer is a finding.
+    async fn answer(
+        &mut self,
+        key: &str,
+        method: &str,
+        within: Duration,
+    ) -> Option<Result<Value, Value>> {
+        let until = Instant::now() + within;
+        let k = key.to_owned();
+        self.pump(until, &|r| r.answers.contains_key(&k)).await;
+        if let Some(a) = self.answers.remove(key) {
+            return Some(a);
+        }
+        let why = if self.closed {
+            let status = self.stream.process.exit_status();
+            format!(
+                "the agent closed its stdout (it {})",
+                process::describe_status(status)
+            )
+        } else {
+            format!("nothing within {:.0}s", within.as_secs_f64())
+        };
+        self.findings
+            .push(format!("expected an answer to {method}, got {why}"));
+        None
+    }
+
+    async fn setup(&mut self) {
+        if self.config.setup == Setup::None {
+            return;
+        }
+        let params = initialize_params(self.config.client.capabilities());
+        let Some(key) = self.request("initialize", params).await else {
+            return;
+        };
+        let startup = self.ctx.startup;
+        match self.answer(&key, "initialize", startup).await {
+            Some(Ok(result)) => self.vars.set("initialize", result),
+            Some(Err(e)) => self.findings.push(format!("setup: initialize failed: {e}")),
+            None => {}
+        }
+        if self.config.setup != Setup::Session || !self.findings.is_empty() {
+            return;
+        }
+        let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
+        let Some(key) = self.request("session/new", params).await else {
+            return;
+        };
+        match self.answer(&key, "session/new", REQUEST_DEADLINE).await {
+            Some(Ok(result)) => {
+                self.vars.set(
+                    "session",
+                    result.get("sessionId").cloned().unwrap_or(Value::Null),
+                );
+                // A mode to switch to: another than the current one, if any.
+                let current = result.pointer("/modes/currentModeId").cloned();
+                let modes = result
+                    .pointer("/modes/availableModes")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let other = modes
+                    .iter()
+                    .filter_map(|m| m.get("id"))
+                    .find(|id| Some(*id) != current.as_ref())
+                    .or(current.as_ref())
+                    .cloned();
+                if let Some(m) = other {
+                    self.vars.set("modeId", m);
+                }
+                if let Some(o) = result
+                    .get("configOptions")
+                    .and_then(Value::as_array)
+                    .and_then(|o| o.first())
+                {
+                    self.vars
+                        .set("configId", o.get("id").cloned().unwrap_or(Value::Null));
+                    self.vars.set(
+                        "configValue",
+                        o.get("currentValue").cloned().unwrap_or(Value::Null),
+                    );
+                }
+                self.vars.set("new", result);
+            }
+            Some(Err(e)) => match outside_protocol("session/new", &e) {
+                Some(why) => self.skip = Some(why),
+                None => self
+                    .findings
+                    .push(format!("setup: session/new failed: {e}")),
+            },
+            None => {}
+        }
+    }
+
+    fn deadline(step: &Step, default: Duration) -> Duration {
+        step.deadline
+            .map(Duration::from_secs_f64)
+            .unwrap_or(default)
+    }
+
+    fn expand(&mut self, v: &Value) -> Option<Value> {
+        match matcher::expand(v, &self.vars) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.conform_error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    async fn step(&mut self, index: usize, step: &Step) {
+        let requests_before = self.monitor.agent_requests.len();
+        let updates_before = self.monitor.updates.len();
+        if let Some(raw) = &step.raw {
+            let Some(Value::String(text)) = self.expand(&json!(raw)) else {
+                return;
+            };
+            self.monitor.sent_malformed();
+            if let Some(name) = &step.name {
+                // An answer to bytes that are no request has a null id.
+                self.named
+                    .insert(name.clone(), monitor::id_key(&Value::Null));
+            }
+            self.write(text.into_bytes()).await;
+            return;
+        }
+        if let Some(send) = &step.send {
+            let Some(params) = self.expand(&send.params) else {
+                return;
+            };
+            if send.notification {
+                self.send(&json!({"jsonrpc": "2.0", "method": send.method, "params": params}))
+                    .await;
+                return;
+            }
+            let id = match &send.id {
+                Some(id) => match self.expand(id) {
+                    Some(v) => v,
+                    None => return,
+                },
+                None => self.next_id(),
+            };
+            let message =
+                json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
+            let Some(key) = self.send(&message).await else {
+                return;
+            };
+            self.after_request(
+                step,
+                key,
+                &send.method,
+                REQUEST_DEADLINE,
+                requests_before,
+                updates_before,
+            )
+            .await;
+            return;
+        }
+        if let Some(prompt) = &step.prompt {
+            let session = prompt
+                .session
+                .clone()
+                .unwrap_or_else(|| "${session}".into());
+            let blocks = match (&prompt.text, &prompt.blocks) {
+                (Some(t), _) => json!([{"type": "text", "text": t}]),
+                (_, Some(b)) => b.clone(),
+                _ => json!([]),
+            };
+            let Some(params) = self.expand(&json!({"sessionId": session, "prompt": blocks})) else {
+                return;
+            };
+            let Some(key) = self.request("session/prompt", params).await else {
+                return;
+            };
+            self.after_request(
+                step,
+                key,
+                "session/prompt",
+                PROMPT_DEADLINE,
+                requests_before,
+                updates_before,
+            )
+            .await;
+            return;
+        }
+        if let Some(name) = &step.await_name {
+            let Some(key) = self.named.get(name).cloned() else {
+                self.conform_error =
+                    Some(format!("step {index}: no request named `{name}` to await"));
+                return;
+            };
+            let method = format!("`{name}`");
+            let within = Self::deadline(step, PROMPT_DEADLINE);
+            let answer = self.answer(&key, &method, within).await;
+            if let Some(a) = answer {
+                self.judge(
+                    step.expect.as_ref(),
+                    &method,
+                    &a,
+                    requests_before,
+                    updates_before,
+                );
+            }
+            return;
+        }
+        if let Some(method) = &step.wait_for {
+            let within = Self::deadline(step, WAIT_FOR_DEADLINE);
+            let m = method.clone();
+            let seen = self
+                .pump(Instant::now() + within, &|r| {
+                    r.monitor.agent_requests.iter().any(|q| q.method == m)
+                })
+                .await;
+            if !seen && self.findings.is_empty() {
+                self.skip = Some(format!(
+                    "the agent did not call {method} within {:.0}s (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)",
+                    within.as_secs_f64()
+                ));
+            }
+            return;
+        }
+        if let Some(session) = &step.cancel {
+            let Some(session) = self.expand(&json!(session)) else {
+                return;
+            };
+            if !self
+                .monitor
+                .turn_running(session.as_str().unwrap_or_default())
+            {
+                self.skip = Some(
+                    "the turn had already ended when conform was to cancel it (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)".into(),
+                );
+                return;
+            }
+            self.send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
+                .await;
+            // "The Client MUST respond to all pending session/request_permission
+            // requests with the cancelled outcome."
+            let held = std::mem::take(&mut self.held);
+            for (id, method, params) in held {
+                if method == "session/request_permission" {
+                    let a = self.editor.permission(&params, Permission::Cancelled);
+                    self.send(&a.to_message(&id)).await;
+                } else {
+                    self.held.push((id, method, params));
+                }
+            }
+            return;
+        }
+        if step.release {
+            let held = std::mem::take(&mut self.held);
+            for (id, method, params) in held {
+                let a = self.editor.answer(&method, &params, REQUEST_DEADLINE).await;
+                self.send(&a.to_message(&id)).await;
+            }
+            return;
+        }
+        if let Some(secs) = step.quiet {
+            self.pump(Instant::now() + Duration::from_secs_f64(secs), &|_| false)
+                .await;
+            return;
+        }
+        if step.probe {
+            let Some(key) = self.request("_conform/probe", json!({})).await else {
+                return;
+            };
+            let within = Self::deadline(step, REQUEST_DEADLINE);
+            if self
+                .answer(&key, "a probe request (_conform/probe)", within)
+                .await
+                .is_some()
+            {
+                self.observations
+                    .push("the agent still answers requests".into());
+            }
+            return;
+        }
+        if step.close_stdin {
+            self.stream.close_stdin();
+            self.log(Direction::Event, b"conform closed the agent's stdin");
+            let within = Self::deadline(step, Duration::from_secs(5));
+            // Keep reading so a blocked writer can finish.
+            self.pump(Instant::now() + within, &|r| r.closed).await;
+            let status = self.stream.process.wait_for_exit(within).await;
+            let exited = status.is_some();
+            let want = step.expect.as_ref().and_then(|e| e.exit);
+            self.observations.push(format!(
+                "after its stdin closed the agent {}",
+                process::describe_status(status)
+            ));
+            if want == Some(true) && !exited {
+                self.findings.push(format!(
+                    "the agent was still running {:.0}s after its stdin closed",
+                    within.as_secs_f64()
+                ));
+            }
+        }
+    }
+
+    async fn after_request(
+        &mut self,
+        step: &Step,
+        key: String,
+        method: &str,
+        default: Duration,
+        requests_before: usize,
+        updates_before: usize,
+    ) {
+        if let Some(name) = &step.name {
+            self.named.insert(name.clone(), key.clone());
+        }
+        if !step.wait {
+            return;
+        }
+        let within = Self::deadline(step, default);
+        if let Some(a) = self.answer(&key, method, within).await {
+            if let (Some(name), Ok(v)) = (&step.name, &a) {
+                self.vars.set(name.clone(), v.clone());
+            }
+            self.judge(
+                step.expect.as_ref(),
+                method,
+                &a,
+                requests_before,
+                updates_before,
+            );
+        }
+    }
+
+    /// Grades an answer against a step's expectation.
+    fn judge(
+        &mut self,
+        expect: Option<&Expect>,
+        method: &str,
+        answer: &Result<Value, Value>,
+        requests_before: usize,
+        updates_before: usize,
+    ) {
+        let Some(expect) = expect else {
+            self.observations
+                .push(format!("{method}: {}", describe(answer)));
+            return;
+        };
+        let rule = expect.rule();
+        // A prompt or session that failed for want of credentials or a model
+        // says nothing about the protocol.
+        if let Err(e) = answer
+            && rule == AnswerRule::Result
+            && let Some(why) = outside_protocol(method, e)
+        {
+            self.skip = Some(why);
+            return;
+        }
+        let requested: Vec<String> = self.monitor.agent_requests[requests_before..]
+            .iter()
+            .map(|r| r.method.clone())
+            .collect();
+        if let Some(m) = &expect.skip_unless
+            && !requested.contains(m)
+        {
+            self.skip = Some(format!(
+                "the agent did not call {m} during {method} (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
+            ));
+            return;
+        }
+        let updates: Vec<Value> = self.monitor.updates[updates_before..]
+            .iter()
+            .map(|(_, u, _)| u.clone())
+            .collect();
+        if let Some(pattern) = &expect.skip_unless_update {
+            let Some(p) = self.expand(pattern) else {
+                return;
+            };
+            if !updates.iter().any(|u| self.matches(&p, u)) {
+                self.skip = Some(format!(
+                    "no update during {method} matched {} (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)",
+                    matcher::brief(&p)
+                ));
+                return;
+            }
+        }
+        let mut errors = Vec::new();
+        match (answer, rule) {
+            (Err(e), AnswerRule::Result) => {
+                errors.push(format!("expected a result, got the error {e}"))
+            }
+            (Ok(r), AnswerRule::Error) => errors.push(format!(
+                "expected an error, got the result {}",
+                matcher::brief(r)
+            )),
+            _ => {}
+        }
+        if errors.is_empty() && rule != AnswerRule::Optional {
+            let (pattern, value, path) = match answer {
+                Ok(r) => (&expect.result, r, "result"),
+                Err(e) => (&expect.error, e, "error"),
+            };
+            if let Some(p) = pattern
+                && let Some(p) = self.expand(p)
+            {
+                matcher::match_value(&p, Some(value), path, &mut self.vars, &mut errors);
+            }
+        }
+        for pattern in &expect.updates {
+            let Some(p) = self.expand(pattern) else {
+                return;
+            };
+            let found = updates.iter().any(|u| self.matches(&p, u));
+            if !found {
+                errors.push(format!(
+                    "no session/update during {method} matched {} (got {})",
+                    matcher::brief(&p),
+                    if updates.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        updates
+                            .iter()
+                            .filter_map(|u| u.get("sessionUpdate").and_then(Value::as_str))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ));
+            }
+        }
+        for m in &expect.requests {
+            if !requested.contains(m) {
+                errors.push(format!("the agent did not call {m} during {method}"));
+            }
+        }
+        for m in &expect.no_requests {
+            if requested.contains(m) {
+                errors.push(format!("the agent called {m} during {method}"));
+            }
+        }
+        for check in &expect.checks {
+            errors.extend(self.named_check(*check, answer, &updates));
+        }
+        if errors.is_empty() {
+            self.observations
+                .push(format!("{method}: {}", describe(answer)));
+        }
+        self.findings
+            .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+    }
+
+    fn matches(&self, pattern: &Value, value: &Value) -> bool {
+        let mut scratch = Vec::new();
+        matcher::match_value(
+            pattern,
+            Some(value),
+            "",
+            &mut self.vars.clone(),
+            &mut scratch,
+        );
+        scratch.is_empty()
+    }
+
+    fn named_check(
+        &self,
+        check: NamedCheck,
+        answer: &Result<Value, Value>,
+        updates: &[Value],
+    ) -> Vec<String> {
+        let result = answer.as_ref().ok();
+        let session = self.vars.get("session").cloned().unwrap_or(Value::Null);
+        let listed = |r: Option<&Value>| -> Vec<Value> {
+            r.and_then(|r| r.get("sessions"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        match check {
+            NamedCheck::SessionIdsUnique => {
+                let ids = &self.monitor.new_session_ids;
+                let mut seen = std::collections::BTreeSet::new();
+                ids.iter()
+                    .filter(|id| !seen.insert(id.as_str()))
+                    .map(|id| format!("session/new returned the session id {id:?} twice"))
+                    .collect()
+            }
+            NamedCheck::VersionNegotiated => {
+                // "If the Agent supports the requested version, it MUST respond
+                // with the same version. Otherwise, the Agent MUST respond with
+                // the latest version it supports."
+                let latest = self
+                    .ctx
+                    .probe
+                    .initialize
+                    .as_ref()
+                    .and_then(|i| i.get("protocolVersion"))
+                    .cloned();
+                let got = answer.as_ref().ok().and_then(|r| r.get("protocolVersion")).cloned();
+                match (latest, got) {
+                    (Some(l), Some(g)) if l == g => vec![],
+                    (l, g) => vec![format!(
+                        "asked for a version the agent does not support, it answered {}; to version {} it answered {}, its latest",
+                        g.map(|v| v.to_string()).unwrap_or("nothing".into()),
+                        table::PROTOCOL_VERSION,
+                        l.map(|v| v.to_string()).unwrap_or("nothing".into()),
+                    )],
+                }
+            }
+            NamedCheck::HistoryReplayed => {
+                // The turn before the load said something: the replay has the
+                // user's prompt and the agent's message again.
+                let user = updates.iter().any(|u| u["sessionUpdate"] == "user_message_chunk");
+                let agent = updates.iter().any(|u| u["sessionUpdate"] == "agent_message_chunk");
+                if user && agent {
+                    vec![]
+                } else {
+                    vec!["session/load did not replay the conversation (a user_message_chunk and the agent's message again)".into()]
+                }
+            }
+            NamedCheck::TerminalsReleased => self
+                .editor
+                .created
+                .iter()
+                .filter(|t| !self.editor.released.contains(t))
+                .map(|t| format!("terminal {t} was never released with terminal/release"))
+                .collect(),
+            NamedCheck::FileWritten => {
+                let path = self.workspace.join("written.txt");
+                match std::fs::read_to_string(&path) {
+                    Ok(t) if t == "written by the agent" => vec![],
+                    Ok(t) => vec![format!("written.txt holds {:?}", truncate(&t, 80))],
+                    Err(e) => vec![format!("written.txt was not written: {e}")],
+                }
+            }
+            NamedCheck::NoTerminalAuthMethod => result
+                .and_then(|r| r.get("authMethods"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|m| m.get("type").and_then(Value::as_str) == Some("terminal"))
+                .map(|m| {
+                    format!(
+                        "authMethods offers the terminal method {} although the client did not advertise auth.terminal",
+                        matcher::brief(m)
+                    )
+                })
+                .collect(),
+            NamedCheck::NoBooleanConfig => self
+                .vars
+                .get("new")
+                .and_then(|n| n.get("configOptions"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|o| o.get("type").and_then(Value::as_str) == Some("boolean"))
+                .map(|o| {
+                    format!(
+                        "session/new offers the boolean config option {} although the client did not advertise session.configOptions.boolean",
+                        o.get("id").map(Value::to_string).unwrap_or_default()
+                    )
+                })
+                .collect(),
+            NamedCheck::AllConfigOptions => {
+                let offered = self
+                    .vars
+                    .get("new")
+                    .and_then(|n| n.get("configOptions"))
+                    .and_then(Value::as_array)
+                    .map(Vec::len)
+                    .unwrap_or(0);
+                let got = result
+                    .and_then(|r| r.get("configOptions"))
+                    .and_then(Value::as_array)
+                    .map(Vec::len)
+                    .unwrap_or(0);
+                if got == offered {
+                    vec![]
+                } else {
+                    vec![format!("the result lists {got} config options, session/new offered {offered}")]
+                }
+            }
+            NamedCheck::ListedByCwd => {
+                let ws = self.workspace.display().to_string();
+                let sessions = listed(result);
+                let mut errors: Vec<String> = sessions
+                    .iter()
+                    .filter(|s| s.get("cwd").and_then(Value::as_str) != Some(ws.as_str()))
+                    .map(|s| format!("session/list filtered by cwd returned {}", matcher::brief(s)))
+                    .collect();
+                if !sessions.iter().any(|s| s.get("sessionId") == Some(&session)) {
+                    errors.push(format!("session/list did not list the session {session} of this cwd"));
+                }
+                errors
+            }
+            NamedCheck::SessionNotListed => listed(result)
+                .iter()
+                .filter(|s| s.get("sessionId") == Some(&session))
+                .map(|_| format!("session/list still lists the deleted session {session}"))
+                .collect(),
+        }
+    }
+
+    /// Ends the agent: stdin closed, a moment to exit, then the group ended.
+    async fn finish(&mut self) {
+        // Whatever is already on the way still counts.
+        if !self.closed {
+            self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
+                .await;
+        }
+        self.stream.close_stdin();
+        let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
+        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
+    }
+
+    fn grade(&mut self, case: &Case<Step>) -> (Outcome, String) {
+        if let Some(e) = &self.conform_error {
+            return (Outcome::Error, e.clone());
+        }
+        let strict = self.ctx.strict;
+        let mut outcome = if !self.findings.is_empty() {
+            Outcome::grade(case.level, true, strict)
+        } else if self.skip.is_some() {
+            Outcome::Skip
+        } else {
+            Outcome::grade(case.level, false, strict)
+        };
+        let mut lines: Vec<String> = self.findings.clone();
+        for v in &self.monitor.violations {
+            let level = self
+                .ctx
+                .catalogue
+                .get(&v.requirement)
+                .map(|r| r.level)
+                .unwrap_or(Level::Must);
+            let graded = Outcome::grade(level, true, strict);
+            if severity(graded) > severity(outcome) {
+                outcome = graded;
+            }
+            lines.push(format!(
+                "[{} {}] {}",
+                level.as_str(),
+                v.requirement,
+                v.message
+            ));
+        }
+        let message = match outcome {
+            Outcome::Pass => String::new(),
+            Outcome::Skip => self.skip.clone().unwrap_or_default(),
+            Outcome::Info if lines.is_empty() => self.observations.join("; "),
+            _ => {
+                if let Some(why) = &self.skip {
+                    lines.push(format!("(the case then stopped: {why})"));
+                }
+                if self.closed || self.stream.process.exit_status().is_some() {
+                    let stderr = self.stream.process.stderr_tail();
+                    if !stderr.trim().is_empty() {
+                        lines.push(format!(
+                            "the agent's stderr:\n{}",
+                            truncate(stderr.trim_end(), 2000)
+                        ));
+                    }
+                }
+                lines.join("\n")
+            }
+        };
+        (outcome, message)
+    }
+}
+
+fn severity(o: Outcome) -> u8 {
+    match o {
+        Outcome::Pass | Outcome::Skip => 0,
+        Outcome::Info => 1,
+        Outcome::Warn => 2,
+        Outcome::Fail => 3,
+        Outcome::Error => 4,
+    }
+}
+
+fn describe(answer: &Result<Value, Value>) -> String {
+    match answer {
+        Ok(r) => format!("result {}", matcher::brief(r)),
+        Err(e) => format!("error {}", matcher::brief(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_and_model_failures_are_outside_the_protocol() {
+        let auth = json!({"code": -32000, "message": "Authentication required"});
+        assert!(outside_protocol("session/new", &auth).is_some());
+        let internal = json!({"code": -32603, "message": "no API key"});
+        assert!(outside_protocol("session/prompt", &internal).is_some());
+        assert!(outside_protocol("session/new", &internal).is_none());
+        let invalid = json!({"code": -32602, "message": "bad"});
+        assert!(outside_protocol("session/prompt", &invalid).is_none());
+    }
+
+    #[test]
+    fn needs_read_the_probe() {
+        let probe = Probe {
+            initialize: Some(json!({"protocolVersion": 1})),
+            capabilities: json!({"loadSession": true, "sessionCapabilities": {"list": {}}}),
+            session: Ok(
+                json!({"sessionId": "s", "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]}}),
+            ),
+        };
+        assert_eq!(
+            probe.skip_reason(&["loadSession".into(), "modes".into()]),
+            None
+        );
+        assert_eq!(
+            probe.skip_reason(&["sessionCapabilities.list".into()]),
+            None
+        );
+        assert!(
+            probe
+                .skip_reason(&["sessionCapabilities.resume".into()])
+                .is_some()
+        );
+        assert!(probe.skip_reason(&["configOptions".into()]).is_some());
+    }
+}

@@ -1,0 +1,673 @@
+//! The editor's view of one connection, sans-IO: conform tells it every
+//! message it sends (`sent`) and every line the agent writes (`received`),
+//! and it keeps what every case checks whatever the case is about: only ACP
+//! messages on stdout, the schema of each message for its method and
+//! direction, ids echoed exactly, no answer to a notification, client
+//! methods only when the client advertised them, session ids the agent gave,
+//! absolute paths, and no turn update after the turn's response.
+
+use super::schema::{self, Side};
+use super::table;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The requirement each watched rule belongs to (ids of the catalogue).
+pub mod rules {
+    pub const STDOUT_ONLY: &str = "acp.transport.stdout-only-messages";
+    pub const UTF8: &str = "acp.transport.utf8-agent";
+    pub const ENVELOPE: &str = "acp.jsonrpc.envelope";
+    pub const ID_ECHO: &str = "acp.jsonrpc.id-echo";
+    pub const NOTIFICATION_UNANSWERED: &str = "acp.error.no-response-to-notification";
+    pub const SCHEMA: &str = "acp.schema.agent-messages";
+    pub const ABSOLUTE_PATHS: &str = "acp.general.absolute-paths-agent";
+    pub const SESSION_BOUND: &str = "acp.session.known-id";
+    pub const UPDATES_BEFORE_RESPONSE: &str = "acp.cancel.updates-before-response";
+    pub const LOAD_REPLAY_BEFORE_RESPONSE: &str = "acp.load.respond-after-replay";
+    pub const RESUME_NO_REPLAY: &str = "acp.session.resume-no-replay";
+
+    /// Every id above, for the test that checks them against the catalogue.
+    pub const ALL: &[&str] = &[
+        STDOUT_ONLY,
+        UTF8,
+        ENVELOPE,
+        ID_ECHO,
+        NOTIFICATION_UNANSWERED,
+        SCHEMA,
+        ABSOLUTE_PATHS,
+        SESSION_BOUND,
+        UPDATES_BEFORE_RESPONSE,
+        LOAD_REPLAY_BEFORE_RESPONSE,
+        RESUME_NO_REPLAY,
+    ];
+}
+
+/// A rule the agent broke, with the requirement it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub requirement: String,
+    pub message: String,
+}
+
+/// A message the agent sent, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The agent asks the client something; conform must answer.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// The answer to a request conform sent (`key` as `sent` returned it).
+    Response {
+        key: String,
+        method: String,
+        outcome: Result<Value, Value>,
+    },
+    /// A line that is no message conform can act on (already a violation,
+    /// or a response nobody asked for).
+    Unusable,
+}
+
+/// Where a session is, from the editor's side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SessionState {
+    /// No turn: turn updates are out of place.
+    Idle,
+    /// A `session/prompt` (key) is unanswered.
+    Turn(String),
+    /// A `session/load` (key) is unanswered: replayed history is expected.
+    Loading(String),
+    /// A `session/resume` (key) is unanswered: no replay may come.
+    Resuming(String),
+    /// Idle after a `session/load` answered: a late replay is out of place.
+    Loaded,
+}
+
+#[derive(Debug, Clone)]
+struct Outstanding {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// One request the agent made, for the cases that check what it asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRequest {
+    pub id: Value,
+    pub method: String,
+    pub params: Value,
+    /// How many turn responses had arrived before it (which turn it is in).
+    pub turn: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Monitor {
+    client_capabilities: Value,
+    agent_capabilities: Option<Value>,
+    outstanding: HashMap<String, Outstanding>,
+    sessions: BTreeMap<String, SessionState>,
+    /// Session ids in the order `session/new` returned them.
+    pub new_session_ids: Vec<String>,
+    pub agent_requests: Vec<AgentRequest>,
+    /// Every session update received: (session id, update, turn count).
+    pub updates: Vec<(String, Value, usize)>,
+    /// Turn responses received so far.
+    pub turns_ended: usize,
+    pub violations: Vec<Violation>,
+    /// Ids conform sent notifications with none, so a response with a null
+    /// id after a malformed line is not mistaken for an answer to nothing.
+    malformed_sent: usize,
+    null_id_errors: usize,
+    seen_violation: BTreeSet<(String, String)>,
+}
+
+/// The map key of a request id: its JSON text, so 1 and "1" differ.
+pub fn id_key(id: &Value) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+impl Monitor {
+    pub fn new() -> Monitor {
+        Monitor {
+            client_capabilities: Value::Object(Map::new()),
+            ..Monitor::default()
+        }
+    }
+
+    /// The agent's capabilities from its `initialize` result, once known.
+    pub fn agent_capabilities(&self) -> Option<&Value> {
+        self.agent_capabilities.as_ref()
+    }
+
+    fn violate(&mut self, requirement: &str, message: String) {
+        // The same finding twice in one case says nothing new.
+        if self
+            .seen_violation
+            .insert((requirement.to_owned(), message.clone()))
+        {
+            self.violations.push(Violation {
+                requirement: requirement.to_owned(),
+                message,
+            });
+        }
+    }
+
+    /// Records a message conform wrote. Returns the key of a request.
+    pub fn sent(&mut self, message: &Value) -> Option<String> {
+        let method = message.get("method").and_then(Value::as_str)?;
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        if method == "initialize" {
+            self.client_capabilities = params
+                .get("clientCapabilities")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new()));
+        }
+        let id = message.get("id")?;
+        let key = id_key(id);
+        if let Some(session) = params.get("sessionId").and_then(Value::as_str) {
+            let state = match method {
+                "session/prompt" => Some(SessionState::Turn(key.clone())),
+                "session/load" => Some(SessionState::Loading(key.clone())),
+                "session/resume" => Some(SessionState::Resuming(key.clone())),
+                _ => None,
+            };
+            if let Some(state) = state {
+                self.sessions.insert(session.to_owned(), state);
+            }
+        }
+        self.outstanding.insert(
+            key.clone(),
+            Outstanding {
+                id: id.clone(),
+                method: method.to_owned(),
+                params,
+            },
+        );
+        Some(key)
+    }
+
+    /// Records that conform wrote something that is not a request it expects
+    /// a normal answer to (a malformed line, an invalid request): the agent
+    /// may answer it with an error whose id is null.
+    pub fn sent_malformed(&mut self) {
+        self.malformed_sent += 1;
+    }
+
+    /// Whether a request conform sent is still unanswered.
+    pub fn is_outstanding(&self, key: &str) -> bool {
+        self.outstanding.contains_key(key)
+    }
+
+    /// Reads one line the agent wrote on stdout.
+    pub fn received(&mut self, line: &[u8]) -> Incoming {
+        // "JSON-RPC messages MUST be UTF-8 encoded."
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(e) => {
+                self.violate(rules::UTF8, format!("a line on stdout is not UTF-8 ({e})"));
+                return Incoming::Unusable;
+            }
+        };
+        // "The agent MUST NOT write anything to its stdout that is not a valid ACP message."
+        let value: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                self.violate(
+                    rules::STDOUT_ONLY,
+                    format!(
+                        "a line on stdout is not a JSON message ({e}): {}",
+                        crate::matcher::truncate(text, 160)
+                    ),
+                );
+                return Incoming::Unusable;
+            }
+        };
+        let Value::Object(o) = value else {
+            self.violate(
+                rules::STDOUT_ONLY,
+                format!(
+                    "a line on stdout is JSON but not a JSON-RPC message object: {}",
+                    crate::matcher::truncate(text, 160)
+                ),
+            );
+            return Incoming::Unusable;
+        };
+        if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            self.violate(
+                rules::ENVELOPE,
+                format!(
+                    "`jsonrpc` is {}, not \"2.0\": {}",
+                    o.get("jsonrpc")
+                        .map(Value::to_string)
+                        .unwrap_or("missing".into()),
+                    crate::matcher::truncate(text, 160)
+                ),
+            );
+        }
+        match (o.get("method"), o.get("id")) {
+            (Some(Value::String(m)), Some(id)) => {
+                let (m, id) = (m.clone(), id.clone());
+                self.request(m, id, o)
+            }
+            (Some(Value::String(m)), None) => {
+                let m = m.clone();
+                self.notification(m, o)
+            }
+            (Some(other), _) => {
+                self.violate(
+                    rules::ENVELOPE,
+                    format!("`method` is {other}, not a string"),
+                );
+                Incoming::Unusable
+            }
+            (None, _) => self.response(o),
+        }
+    }
+
+    fn check_schema(&mut self, def: &str, what: &str, value: &Value) {
+        let errors = schema::schema().violations(def, value);
+        if !errors.is_empty() {
+            self.violate(
+                rules::SCHEMA,
+                format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
+            );
+        }
+    }
+
+    fn known_session(&mut self, params: &Value, what: &str) -> Option<String> {
+        let session = params.get("sessionId").and_then(Value::as_str)?.to_owned();
+        if !self.sessions.contains_key(&session) {
+            self.violate(
+                rules::SESSION_BOUND,
+                format!("{what} names session {session:?}, which the agent never gave this client"),
+            );
+        }
+        Some(session)
+    }
+
+    fn request(&mut self, method: String, id: Value, o: Map<String, Value>) -> Incoming {
+        let params = o.get("params").cloned().unwrap_or(Value::Null);
+        let what = format!("the agent's {method} request");
+        match schema::schema().method(&method) {
+            Some(m) if m.side == Side::Client && !m.is_notification() => {
+                let def = m.params.clone();
+                self.check_schema(&def, &what, &params);
+            }
+            Some(m) if m.side == Side::Agent => self.violate(
+                rules::SCHEMA,
+                format!("the agent sent {method}, a method the client sends to the agent"),
+            ),
+            _ => {}
+        }
+        // "If `readTextFile` or `writeTextFile` is `false` or not present, the
+        // Agent MUST NOT attempt to call the corresponding filesystem method."
+        // "If `terminal` is `false` or not present, the Agent MUST NOT attempt
+        // to call any terminal methods."
+        if let Some(g) = table::gate(table::CLIENT_GATES, &method)
+            && !table::advertised(&self.client_capabilities, g.capability)
+        {
+            self.violate(
+                g.requirement,
+                format!(
+                    "the agent called {method} although the client did not advertise clientCapabilities{}",
+                    g.capability.replace('/', ".")
+                ),
+            );
+        }
+        // "All file paths in the protocol MUST be absolute."
+        for field in ["path", "cwd"] {
+            if let Some(p) = params.get(field).and_then(Value::as_str)
+                && !p.starts_with('/')
+            {
+                self.violate(
+                    rules::ABSOLUTE_PATHS,
+                    format!("{what} has `{field}` {p:?}, not an absolute path"),
+                );
+            }
+        }
+        self.known_session(&params, &what);
+        self.agent_requests.push(AgentRequest {
+            id: id.clone(),
+            method: method.clone(),
+            params: params.clone(),
+            turn: self.turns_ended,
+        });
+        Incoming::Request { id, method, params }
+    }
+
+    fn notification(&mut self, method: String, o: Map<String, Value>) -> Incoming {
+        let params = o.get("params").cloned().unwrap_or(Value::Null);
+        if method == "session/update" {
+            self.check_schema("SessionNotification", "a session/update", &params);
+            let kind = params
+                .pointer("/update/sessionUpdate")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            if let Some(session) = self.known_session(&params, &format!("a {kind} update")) {
+                self.check_update_timing(&session, &kind);
+                let update = params.get("update").cloned().unwrap_or(Value::Null);
+                self.updates.push((session, update, self.turns_ended));
+            }
+        } else if let Some(m) = schema::schema().method(&method)
+            && m.is_notification()
+            && m.side != Side::Agent
+        {
+            let def = m.params.clone();
+            self.check_schema(&def, &format!("the agent's {method}"), &params);
+        }
+        Incoming::Notification { method, params }
+    }
+
+    fn check_update_timing(&mut self, session: &str, kind: &str) {
+        if !table::TURN_UPDATES.contains(&kind) {
+            return;
+        }
+        match self.sessions.get(session) {
+            // "The Agent MAY send session/update notifications ... after
+            // receiving the session/cancel notification, but it MUST ensure
+            // that it does so before responding to the session/prompt request."
+            Some(SessionState::Idle) => self.violate(
+                rules::UPDATES_BEFORE_RESPONSE,
+                format!(
+                    "a {kind} update for session {session:?} arrived after the response that ended its turn (or before any turn)"
+                ),
+            ),
+            // "Unlike session/load, the Agent MUST NOT replay the conversation
+            // history via session/update notifications before responding."
+            // "When all the conversation entries have been streamed to the
+            // Client, the Agent MUST respond to the original session/load request."
+            Some(SessionState::Loaded) => self.violate(
+                rules::LOAD_REPLAY_BEFORE_RESPONSE,
+                format!("a {kind} update for session {session:?} arrived after the session/load response"),
+            ),
+            Some(SessionState::Resuming(_)) => self.violate(
+                rules::RESUME_NO_REPLAY,
+                format!("a {kind} update for session {session:?} arrived while session/resume was unanswered"),
+            ),
+            _ => {}
+        }
+    }
+
+    fn response(&mut self, o: Map<String, Value>) -> Incoming {
+        let id = o.get("id").cloned();
+        let has_result = o.contains_key("result");
+        let has_error = o.contains_key("error");
+        if has_result == has_error {
+            self.violate(
+                rules::ENVELOPE,
+                format!(
+                    "a response carries {} (exactly one is required): {}",
+                    if has_result {
+                        "both `result` and `error`"
+                    } else {
+                        "neither `result` nor `error`"
+                    },
+                    crate::matcher::truncate(&Value::Object(o.clone()).to_string(), 160)
+                ),
+            );
+        }
+        let Some(id) = id else {
+            self.violate(
+                rules::ENVELOPE,
+                "a message has neither `method` nor `id`".into(),
+            );
+            return Incoming::Unusable;
+        };
+        let key = id_key(&id);
+        let Some(out) = self.outstanding.remove(&key) else {
+            if id.is_null() && has_error && self.null_id_errors < self.malformed_sent {
+                // An error about a line conform sent malformed on purpose.
+                self.null_id_errors += 1;
+                let error = o.get("error").cloned().unwrap_or(Value::Null);
+                self.check_schema("Error", "an error response", &error);
+                return Incoming::Response {
+                    key,
+                    method: String::new(),
+                    outcome: Err(error),
+                };
+            }
+            // Same id, other JSON type: 7 answered as "7", or the reverse.
+            if let Some(near) = self
+                .outstanding
+                .values()
+                .find(|p| loosely_same(&p.id, &id))
+                .cloned()
+            {
+                self.violate(
+                    rules::ID_ECHO,
+                    format!(
+                        "the response to {} has id {id}, the request's id was {}",
+                        near.method, near.id
+                    ),
+                );
+                self.outstanding.remove(&id_key(&near.id));
+                return self.answered(id_key(&near.id), near, o);
+            }
+            self.violate(
+                rules::NOTIFICATION_UNANSWERED,
+                format!(
+                    "a response with id {id} answers no request conform has outstanding (a notification answered, or a request answered twice): {}",
+                    crate::matcher::truncate(&Value::Object(o).to_string(), 160)
+                ),
+            );
+            return Incoming::Unusable;
+        };
+        self.answered(key, out, o)
+    }
+
+    fn answered(&mut self, key: String, out: Outstanding, o: Map<String, Value>) -> Incoming {
+        let error = o.get("error").filter(|e| !e.is_null()).cloned();
+        let outcome = match error {
+            Some(e) => {
+                self.check_schema("Error", &format!("the error answering {}", out.method), &e);
+                Err(e)
+            }
+            None => {
+                let result = o.get("result").cloned().unwrap_or(Value::Null);
+                if let Some(def) = schema::schema()
+                    .method(&out.method)
+                    .and_then(|m| m.result.clone())
+                    && !(result.is_null() && schema::schema().requires_nothing(&def))
+                {
+                    self.check_schema(&def, &format!("the result of {}", out.method), &result);
+                }
+                Ok(result)
+            }
+        };
+        self.after_answer(&out, &outcome);
+        Incoming::Response {
+            key,
+            method: out.method,
+            outcome,
+        }
+    }
+
+    /// Session bookkeeping once a request of conform's is answered.
+    fn after_answer(&mut self, out: &Outstanding, outcome: &Result<Value, Value>) {
+        let session = out
+            .params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (out.method.as_str(), outcome) {
+            ("initialize", Ok(result)) => {
+                self.agent_capabilities = Some(
+                    result
+                        .get("agentCapabilities")
+                        .cloned()
+                        .unwrap_or(Value::Object(Map::new())),
+                );
+            }
+            ("session/new", Ok(result)) => {
+                if let Some(s) = result.get("sessionId").and_then(Value::as_str) {
+                    self.new_session_ids.push(s.to_owned());
+                    self.sessions.insert(s.to_owned(), SessionState::Idle);
+                }
+            }
+            ("session/prompt", _) => {
+                self.turns_ended += 1;
+                if let Some(s) = session {
+                    self.sessions.insert(s, SessionState::Idle);
+                }
+            }
+            ("session/load", _) => {
+                if let Some(s) = session {
+                    self.sessions.insert(s, SessionState::Loaded);
+                }
+            }
+            ("session/resume", _) => {
+                if let Some(s) = session {
+                    self.sessions.insert(s, SessionState::Idle);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Lets a session conform did not get from `session/new` here (one to
+    /// load or resume) be named without a violation.
+    pub fn expect_session(&mut self, session: &str) {
+        self.sessions
+            .entry(session.to_owned())
+            .or_insert(SessionState::Idle);
+    }
+
+    /// Whether a prompt turn of `session` is unanswered.
+    pub fn turn_running(&self, session: &str) -> bool {
+        matches!(self.sessions.get(session), Some(SessionState::Turn(_)))
+    }
+
+    /// The client capabilities conform advertised.
+    pub fn client_capabilities(&self) -> &Value {
+        &self.client_capabilities
+    }
+}
+
+/// 7 and "7", or 7 and 7.0: the same id in another JSON type.
+fn loosely_same(a: &Value, b: &Value) -> bool {
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => n.as_f64().map(|f| {
+            if f.fract() == 0.0 && f.abs() < 1e15 {
+                format!("{}", f as i64)
+            } else {
+                f.to_string()
+            }
+        }),
+        _ => None,
+    };
+    a != b && text(a).is_some() && text(a) == text(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(v: Value) -> Vec<u8> {
+        v.to_string().into_bytes()
+    }
+
+    fn initialized(caps: Value) -> Monitor {
+        let mut m = Monitor::new();
+        m.sent(&json!({"jsonrpc":"2.0","id":0,"method":"initialize",
+            "params":{"protocolVersion":1,"clientCapabilities":caps}}));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}),
+        ));
+        m.sent(&json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}),
+        ));
+        m
+    }
+
+    fn requirements(m: &Monitor) -> Vec<&str> {
+        m.violations
+            .iter()
+            .map(|v| v.requirement.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_conformant_exchange_breaks_nothing() {
+        let mut m = initialized(json!({"fs": {"readTextFile": true}}));
+        m.sent(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt",
+            "params":{"sessionId":"s1","prompt":[{"type":"text","text":"hi"}]}}));
+        let got = m.received(&line(
+            json!({"jsonrpc":"2.0","id":0,"method":"fs/read_text_file",
+            "params":{"sessionId":"s1","path":"/w/a"}}),
+        ));
+        assert!(matches!(got, Incoming::Request { .. }));
+        m.received(&line(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1",
+            "update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}})));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}),
+        ));
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+        assert_eq!(m.turns_ended, 1);
+    }
+
+    #[test]
+    fn an_fs_call_the_client_did_not_advertise_is_a_violation() {
+        let mut m = initialized(json!({}));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":0,"method":"fs/read_text_file",
+            "params":{"sessionId":"s1","path":"/w/a"}}),
+        ));
+        assert_eq!(requirements(&m), vec!["acp.fs.no-call-without-capability"]);
+    }
+
+    #[test]
+    fn an_update_after_the_turn_response_is_a_violation() {
+        let mut m = initialized(json!({}));
+        m.sent(&json!({"jsonrpc":"2.0","id":2,"method":"session/prompt",
+            "params":{"sessionId":"s1","prompt":[]}}));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}),
+        ));
+        m.received(&line(json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1",
+            "update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"late"}}}})));
+        assert_eq!(requirements(&m), vec![rules::UPDATES_BEFORE_RESPONSE]);
+    }
+
+    #[test]
+    fn ids_must_come_back_in_their_own_type() {
+        let mut m = Monitor::new();
+        m.sent(
+            &json!({"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1}}),
+        );
+        let got = m.received(&line(
+            json!({"jsonrpc":"2.0","id":"7","result":{"protocolVersion":1}}),
+        ));
+        assert!(matches!(got, Incoming::Response { .. }));
+        assert_eq!(requirements(&m), vec![rules::ID_ECHO]);
+    }
+
+    #[test]
+    fn noise_and_answers_to_nothing_are_violations() {
+        let mut m = Monitor::new();
+        m.received(b"starting up");
+        m.received(&line(json!({"jsonrpc":"2.0","id":null,"result":null})));
+        assert_eq!(
+            requirements(&m),
+            vec![rules::STDOUT_ONLY, rules::NOTIFICATION_UNANSWERED]
+        );
+    }
+
+    #[test]
+    fn a_parse_error_for_a_malformed_line_is_expected() {
+        let mut m = Monitor::new();
+        m.sent_malformed();
+        let got = m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}),
+        ));
+        assert!(matches!(got, Incoming::Response { .. }));
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+    }
+}

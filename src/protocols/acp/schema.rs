@@ -1,0 +1,316 @@
+//! The official ACP v1 JSON Schema, vendored as `corpus/acp/schema.json`, is
+//! the protocol's table: every definition that carries `x-method` and
+//! `x-side` names a method, the side that handles it, and the shape of its
+//! params, result or notification. conform derives the method list from it
+//! (written once, by the protocol's authors) and validates every message the
+//! target sends against the definition of its method and direction.
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::{ValidationError, Validator};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub const SCHEMA_PATH: &str = "acp/schema.json";
+pub const META_PATH: &str = "acp/meta.json";
+
+/// Which peer handles a method (the schema's `x-side`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    /// The client sends it and the agent handles it.
+    Agent,
+    /// The agent sends it and the client handles it.
+    Client,
+    /// Either side (`$/cancel_request`).
+    Protocol,
+}
+
+/// One method of the protocol as the schema defines it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Method {
+    pub name: String,
+    pub side: Side,
+    /// The definition of the params (`...Request` or `...Notification`).
+    pub params: String,
+    /// The definition of the result, for a request; `None` for a notification.
+    pub result: Option<String>,
+}
+
+impl Method {
+    pub fn is_notification(&self) -> bool {
+        self.result.is_none()
+    }
+}
+
+pub struct Schema {
+    root: Value,
+    methods: BTreeMap<String, Method>,
+    validators: Mutex<HashMap<String, Arc<Validator>>>,
+}
+
+/// The embedded schema, parsed once.
+pub fn schema() -> &'static Schema {
+    static SCHEMA: OnceLock<Schema> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let text = crate::corpus::file(SCHEMA_PATH).expect("corpus/acp/schema.json is embedded");
+        Schema::parse(text).expect("the vendored schema is valid (a test checks it)")
+    })
+}
+
+impl Schema {
+    pub fn parse(text: &str) -> Result<Schema, String> {
+        let root: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let defs = root
+            .get("$defs")
+            .and_then(Value::as_object)
+            .ok_or("the schema has no $defs")?;
+        let mut methods: BTreeMap<String, Method> = BTreeMap::new();
+        for (name, def) in defs {
+            let (Some(method), Some(side)) = (
+                def.get("x-method").and_then(Value::as_str),
+                def.get("x-side").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let side = match side {
+                "agent" => Side::Agent,
+                "client" => Side::Client,
+                "protocol" => Side::Protocol,
+                other => return Err(format!("{name}: unknown x-side {other:?}")),
+            };
+            let entry = methods.entry(method.to_owned()).or_insert(Method {
+                name: method.to_owned(),
+                side,
+                params: String::new(),
+                result: None,
+            });
+            if entry.side != side {
+                return Err(format!("{method}: definitions disagree on x-side"));
+            }
+            if name.ends_with("Response") {
+                entry.result = Some(name.clone());
+            } else if name.ends_with("Request") || name.ends_with("Notification") {
+                entry.params = name.clone();
+            } else {
+                return Err(format!("{name}: a method definition of unknown kind"));
+            }
+        }
+        if let Some(m) = methods.values().find(|m| m.params.is_empty()) {
+            return Err(format!("{}: a result with no params definition", m.name));
+        }
+        Ok(Schema {
+            root,
+            methods,
+            validators: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn methods(&self) -> impl Iterator<Item = &Method> {
+        self.methods.values()
+    }
+
+    pub fn method(&self, name: &str) -> Option<&Method> {
+        self.methods.get(name)
+    }
+
+    /// The definition `name`, if the schema has it.
+    pub fn definition(&self, name: &str) -> Option<&Value> {
+        self.root.get("$defs")?.get(name)
+    }
+
+    /// Whether definition `def` is an object with no required field, so
+    /// that `null` may stand for it: the pages' own examples answer
+    /// `session/load` and `fs/write_text_file` with `null` where the schema
+    /// has an empty object, and conform accepts both readings.
+    pub fn requires_nothing(&self, def: &str) -> bool {
+        self.definition(def).is_some_and(|d| {
+            d.get("type").and_then(Value::as_str) == Some("object")
+                && d.get("required")
+                    .and_then(Value::as_array)
+                    .is_none_or(|r| r.is_empty())
+        })
+    }
+
+    fn validator(&self, def: &str) -> Result<Arc<Validator>, String> {
+        if let Some(v) = self.validators.lock().expect("not poisoned").get(def) {
+            return Ok(v.clone());
+        }
+        if self.definition(def).is_none() {
+            return Err(format!("the schema has no definition {def}"));
+        }
+        let mut doc = Map::new();
+        if let Some(s) = self.root.get("$schema") {
+            doc.insert("$schema".into(), s.clone());
+        }
+        doc.insert("$defs".into(), self.root["$defs"].clone());
+        doc.insert("$ref".into(), json!(format!("#/$defs/{def}")));
+        let validator = Arc::new(
+            jsonschema::validator_for(&Value::Object(doc))
+                .map_err(|e| format!("definition {def} does not compile: {e}"))?,
+        );
+        self.validators
+            .lock()
+            .expect("not poisoned")
+            .insert(def.to_owned(), validator.clone());
+        Ok(validator)
+    }
+
+    /// Every way `value` breaks definition `def`, each with the JSON pointer
+    /// of the offending part (relative to `value`) and what the schema wants.
+    /// Where a union (`anyOf`, `oneOf`) fails, the branch the value most
+    /// plausibly meant (its discriminator and type match) is explained.
+    pub fn violations(&self, def: &str, value: &Value) -> Vec<String> {
+        let validator = match self.validator(def) {
+            Ok(v) => v,
+            Err(e) => return vec![e],
+        };
+        let mut out = Vec::new();
+        for error in validator.iter_errors(value) {
+            explain(&error, &mut out, 0);
+            if out.len() >= 8 {
+                out.push("(more violations not listed)".into());
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// The instance path of an error as a JSON pointer ("" for the whole value).
+fn path(e: &ValidationError<'_>) -> String {
+    e.instance_path().to_string()
+}
+
+fn shown(path: &str) -> &str {
+    if path.is_empty() { "/" } else { path }
+}
+
+/// Whether a union branch's errors say "not the branch meant": a wrong type
+/// or constant at the union's own location, or a wrong discriminator constant
+/// just below it (`sessionUpdate`, `type`, `outcome`).
+fn rules_out(errors: &[ValidationError<'_>], at: &str) -> bool {
+    errors.iter().any(|e| {
+        let here = path(e);
+        match e.kind() {
+            ValidationErrorKind::Type { .. }
+            | ValidationErrorKind::Enum { .. }
+            | ValidationErrorKind::Constant { .. }
+                if here == at =>
+            {
+                true
+            }
+            ValidationErrorKind::Constant { .. } => {
+                here.rsplit_once('/').map(|(parent, _)| parent) == Some(at)
+            }
+            _ => false,
+        }
+    })
+}
+
+fn explain(e: &ValidationError<'_>, out: &mut Vec<String>, depth: usize) {
+    let context = match e.kind() {
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            Some(context)
+        }
+        _ => None,
+    };
+    if let Some(branches) = context
+        && depth < 6
+    {
+        let at = path(e);
+        let plausible: Vec<&Vec<ValidationError<'static>>> = branches
+            .iter()
+            .filter(|b| !b.is_empty() && !rules_out(b, &at))
+            .collect();
+        if let Some(best) = plausible.iter().min_by_key(|b| b.len()) {
+            for sub in best.iter() {
+                explain(sub, out, depth + 1);
+            }
+            return;
+        }
+    }
+    out.push(format!("at {}: {}", shown(&path(e)), brief_message(e)));
+}
+
+/// The validator's message without the whole offending value in it.
+fn brief_message(e: &ValidationError<'_>) -> String {
+    match e.kind() {
+        ValidationErrorKind::Required { property } => format!("{property} is required"),
+        ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
+            format!(
+                "{} matches none of the forms the schema allows",
+                crate::matcher::brief(e.instance())
+            )
+        }
+        _ => crate::matcher::truncate(&e.to_string(), 240),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_method_table_comes_from_the_schema_and_agrees_with_meta() {
+        let s = schema();
+        let meta: Value = serde_json::from_str(crate::corpus::file(META_PATH).unwrap()).unwrap();
+        for (group, side) in [
+            ("agentMethods", Side::Agent),
+            ("clientMethods", Side::Client),
+            ("protocolMethods", Side::Protocol),
+        ] {
+            for name in meta[group].as_object().unwrap().values() {
+                let name = name.as_str().unwrap();
+                let m = s
+                    .method(name)
+                    .unwrap_or_else(|| panic!("{name} not in schema"));
+                assert_eq!(m.side, side, "{name}");
+            }
+        }
+        let prompt = s.method("session/prompt").unwrap();
+        assert_eq!(prompt.params, "PromptRequest");
+        assert_eq!(prompt.result.as_deref(), Some("PromptResponse"));
+        assert!(s.method("session/update").unwrap().is_notification());
+        assert!(s.method("session/cancel").unwrap().is_notification());
+    }
+
+    #[test]
+    fn a_tool_call_without_title_names_the_missing_field() {
+        let v =
+            json!({"sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "c"}});
+        let errors = schema().violations("SessionNotification", &v);
+        assert_eq!(
+            errors,
+            vec!["at /update: \"title\" is required"],
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_deep_inside_is_located() {
+        let v = json!({"protocolVersion": 1, "agentCapabilities": {"loadSession": "yes"}});
+        let errors = schema().violations("InitializeResponse", &v);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("at /agentCapabilities/loadSession:")),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn valid_messages_have_no_violations() {
+        let s = schema();
+        assert!(
+            s.violations("PromptResponse", &json!({"stopReason": "end_turn"}))
+                .is_empty()
+        );
+        assert!(
+            !s.violations("PromptResponse", &json!({"stopReason": "done"}))
+                .is_empty()
+        );
+        let update = json!({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "hi"}}});
+        assert!(s.violations("SessionNotification", &update).is_empty());
+    }
+}

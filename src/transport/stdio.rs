@@ -1,0 +1,150 @@
+//! A newline-delimited message stream over a child's stdin and stdout (ACP).
+//!
+//! A reader task feeds the child's stdout through a [`LineDecoder`] and
+//! hands whole lines to the driver over a small bounded channel, so conform
+//! holds at most a few lines of the limit at once whatever the child writes.
+//! Every wait has a deadline.
+
+use super::process::{self, Spawned, Stdio3};
+use crate::wire::line::{LineDecoder, LineError};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// What the reader saw on the child's stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A whole line, newline stripped.
+    Line(Vec<u8>),
+    /// A line went over the limit; its bytes up to the next newline are dropped.
+    TooLong { limit: usize },
+    /// stdout closed; `partial` holds bytes of a last line with no newline.
+    Closed { partial: Vec<u8> },
+}
+
+/// Lines queued between the reader and the driver at most.
+const QUEUE: usize = 8;
+
+pub struct LineStream {
+    pub process: Spawned,
+    stdin: Option<ChildStdin>,
+    events: mpsc::Receiver<(Instant, StreamEvent)>,
+    closed: bool,
+}
+
+impl LineStream {
+    /// Spawns `command_line` and starts reading its stdout in lines of at
+    /// most `line_limit` bytes.
+    pub fn spawn(
+        command_line: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+        line_limit: usize,
+    ) -> std::io::Result<LineStream> {
+        let mut process = process::spawn(command_line, env, Stdio3::Pipes)?;
+        let stdin = process.stdin.take();
+        let stdout = process
+            .stdout_pipe
+            .take()
+            .ok_or_else(|| std::io::Error::other("the child has no stdout pipe"))?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(read_lines(stdout, line_limit, tx));
+        Ok(LineStream {
+            process,
+            stdin,
+            events: rx,
+            closed: false,
+        })
+    }
+
+    /// Writes `bytes` to the child's stdin within `deadline`.
+    pub async fn send(&mut self, bytes: &[u8], deadline: Duration) -> Result<(), String> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err("conform already closed the target's stdin".into());
+        };
+        match tokio::time::timeout(deadline, async {
+            stdin.write_all(bytes).await?;
+            stdin.flush().await
+        })
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("writing to the target's stdin failed: {e}")),
+            Err(_) => Err(format!(
+                "the target did not read its stdin for {:.1}s",
+                deadline.as_secs_f64()
+            )),
+        }
+    }
+
+    /// Closes the child's stdin (end of input).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The next event, or `None` when `until` passes first. After `Closed`
+    /// every call returns `None` at once.
+    pub async fn next(&mut self, until: Instant) -> Option<(Instant, StreamEvent)> {
+        if self.closed {
+            return None;
+        }
+        match tokio::time::timeout_at(until, self.events.recv()).await {
+            Ok(Some(ev)) => {
+                if matches!(ev.1, StreamEvent::Closed { .. }) {
+                    self.closed = true;
+                }
+                Some(ev)
+            }
+            Ok(None) => {
+                self.closed = true;
+                Some((
+                    Instant::now(),
+                    StreamEvent::Closed {
+                        partial: Vec::new(),
+                    },
+                ))
+            }
+            Err(_) => None,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+}
+
+async fn read_lines(
+    mut stdout: tokio::process::ChildStdout,
+    limit: usize,
+    tx: mpsc::Sender<(Instant, StreamEvent)>,
+) {
+    let mut decoder = LineDecoder::new(limit);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => 0,
+            Ok(n) => n,
+        };
+        if n == 0 {
+            let partial = decoder.pending().to_vec();
+            let _ = tx
+                .send((Instant::now(), StreamEvent::Closed { partial }))
+                .await;
+            return;
+        }
+        let mut input = &buf[..n];
+        while !input.is_empty() {
+            let (used, out) = decoder.feed(input);
+            input = &input[used..];
+            let event = match out {
+                None => continue,
+                Some(Ok(line)) => StreamEvent::Line(line),
+                Some(Err(LineError::TooLong { limit })) => StreamEvent::TooLong { limit },
+            };
+            if tx.send((Instant::now(), event)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
