@@ -166,6 +166,15 @@ pub async fn probe(command: &str, startup: Duration) -> Result<Probe, String> {
     let _ = stream.process.wait_for_exit(EXIT_GRACE).await;
     let _ = stream.process.shutdown(process::TERM_GRACE).await;
     if let Err(e) = result {
+        // An agent that wrote, but nothing conform could read as the answer,
+        // started: its cases run and say what is wrong with what it wrote.
+        if let Some(v) = monitor.violations.first() {
+            probe.session = Err(format!(
+                "the agent's answers before the run could not be read ({e}): {}",
+                v.message
+            ));
+            return Ok(probe);
+        }
         let stderr = stream.process.stderr_tail();
         return Err(if stderr.trim().is_empty() {
             e
