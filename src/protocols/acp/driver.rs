@@ -315,8 +315,11 @@ impl Context {
             workspace: ws,
         };
         run.setup().await;
+        // A setup that failed leaves the steps nothing to stand on.
+        let setup_failed = !run.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
-            if run.skip.is_some()
+            if setup_failed
+                || run.skip.is_some()
                 || run.conform_error.is_some()
                 || !run.findings.is_empty() && run.closed
             {
