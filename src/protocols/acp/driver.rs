@@ -255,6 +255,8 @@ struct CaseRun<'a> {
     conform_error: Option<String>,
     /// stdout closed (the agent ended or closed it).
     closed: bool,
+    /// An answer the case needed never came: later steps would build on nothing.
+    stalled: bool,
     workspace: std::path::PathBuf,
 }
 
@@ -312,6 +314,7 @@ impl Context {
             skip: None,
             conform_error: None,
             closed: false,
+            stalled: false,
             workspace: ws,
         };
         run.setup().await;
@@ -319,6 +322,7 @@ impl Context {
         let setup_failed = !run.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
             if setup_failed
+                || run.stalled
                 || run.skip.is_some()
                 || run.conform_error.is_some()
                 || !run.findings.is_empty() && run.closed
@@ -468,6 +472,7 @@ impl CaseRun<'_> {
         };
         self.findings
             .push(format!("expected an answer to {method}, got {why}"));
+        self.stalled = true;
         None
     }
 
@@ -568,6 +573,16 @@ impl CaseRun<'_> {
                     .insert(name.clone(), monitor::id_key(&Value::Null));
             }
             self.write(text.into_bytes()).await;
+            return;
+        }
+        if let Some(hex) = &step.raw_hex {
+            let bytes = super::steps::hex_bytes(hex).unwrap_or_default();
+            self.monitor.sent_malformed();
+            if let Some(name) = &step.name {
+                self.named
+                    .insert(name.clone(), monitor::id_key(&Value::Null));
+            }
+            self.write(bytes).await;
             return;
         }
         if let Some(send) = &step.send {

@@ -110,6 +110,10 @@ pub struct Step {
     pub send: Option<Send>,
     #[serde(default)]
     pub raw: Option<String>,
+    /// Raw bytes written as hex pairs (for bytes a JSON string cannot hold,
+    /// such as invalid UTF-8).
+    #[serde(default)]
+    pub raw_hex: Option<String>,
     #[serde(default)]
     pub prompt: Option<Prompt>,
     #[serde(default, rename = "await")]
@@ -263,6 +267,7 @@ impl Step {
         let actions = [
             self.send.is_some(),
             self.raw.is_some(),
+            self.raw_hex.is_some(),
             self.prompt.is_some(),
             self.await_name.is_some(),
             self.wait_for.is_some(),
@@ -277,7 +282,7 @@ impl Step {
         .count();
         if actions != 1 {
             return Err(format!(
-                "a step needs exactly one of send, raw, prompt, await, waitFor, cancel, release, quiet, probe, closeStdin (found {actions})"
+                "a step needs exactly one of send, raw, rawHex, prompt, await, waitFor, cancel, release, quiet, probe, closeStdin (found {actions})"
             ));
         }
         let requests = self.prompt.is_some() || self.send.as_ref().is_some_and(|s| !s.notification);
@@ -287,7 +292,12 @@ impl Step {
         if !self.wait && !requests {
             return Err("`wait` goes with a request (send or prompt)".into());
         }
-        if self.name.is_some() && !requests && self.raw.is_none() {
+        if let Some(h) = &self.raw_hex
+            && hex_bytes(h).is_none()
+        {
+            return Err("rawHex is pairs of hex digits, spaces allowed".into());
+        }
+        if self.name.is_some() && !requests && self.raw.is_none() && self.raw_hex.is_none() {
             return Err("`as` goes with a request (send or prompt) or raw bytes".into());
         }
         if let Some(p) = &self.prompt
@@ -319,4 +329,16 @@ impl Step {
         }
         Ok(())
     }
+}
+
+/// The bytes of a `rawHex` string: pairs of hex digits, spaces ignored.
+pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
 }
