@@ -165,7 +165,9 @@ fn every_broken_server_fails_exactly_its_cases_and_every_variation_passes() {
         .iter()
         .map(|(name, fail, warn)| Double {
             name: format!("deviation-{name}"),
-            args: format!("--deviation {name}"),
+            protocol: "agent-socket",
+            target: support::fixture_target(&format!("--deviation {name}")),
+            extra: vec![],
             fail: ids(fail),
             warn: ids(warn),
             skipped: None,
@@ -173,14 +175,18 @@ fn every_broken_server_fails_exactly_its_cases_and_every_variation_passes() {
         .collect();
     doubles.extend(VARIANTS.iter().map(|(name, missing)| Double {
         name: format!("variant-{name}"),
-        args: format!("--variant {name}"),
+        protocol: "agent-socket",
+        target: support::fixture_target(&format!("--variant {name}")),
+        extra: vec![],
         fail: BTreeSet::new(),
         warn: BTreeSet::new(),
         skipped: Some(missing.map_or(0, cases_needing)),
     }));
     doubles.push(Double {
         name: "conformant".into(),
-        args: String::new(),
+        protocol: "agent-socket",
+        target: support::fixture_target(""),
+        extra: vec![],
         fail: BTreeSet::new(),
         warn: BTreeSet::new(),
         skipped: Some(0),

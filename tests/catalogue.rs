@@ -97,3 +97,149 @@ fn every_quote_from_the_shared_sources_is_in_them() {
         absent.join("\n")
     );
 }
+
+mod acp {
+    use conform::protocols::acp;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_agent_must_has_a_case_or_says_why_not() {
+        let catalogue = acp::catalogue();
+        let cases = acp::load_cases(&[]).expect("the corpus loads");
+        let covered: BTreeSet<&str> = cases
+            .iter()
+            .flat_map(|c| c.requirements.iter().map(String::as_str))
+            .collect();
+        let mut missing = Vec::new();
+        let mut stale = Vec::new();
+        for r in &catalogue.requirements {
+            let has_case = covered.contains(r.id.as_str());
+            if r.role == "agent"
+                && r.level == conform::case::Level::Must
+                && !has_case
+                && r.no_case.is_none()
+            {
+                missing.push(r.id.clone());
+            }
+            if has_case && r.no_case.is_some() {
+                stale.push(r.id.clone());
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "agent MUSTs with no case and no reason: {missing:?}"
+        );
+        assert!(
+            stale.is_empty(),
+            "requirements that say they have no case but do: {stale:?}"
+        );
+    }
+
+    #[test]
+    fn case_ids_are_unique_and_every_rule_the_monitor_checks_is_catalogued() {
+        let cases = acp::load_cases(&[]).unwrap();
+        let mut seen = BTreeSet::new();
+        for c in &cases {
+            assert!(seen.insert(c.id.clone()), "duplicate case id {}", c.id);
+            assert!(c.id.starts_with("acp/"), "{}", c.id);
+        }
+        let catalogue = acp::catalogue();
+        let ids: BTreeSet<&str> = catalogue
+            .requirements
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect();
+        assert_eq!(
+            ids.len(),
+            catalogue.requirements.len(),
+            "duplicate requirement ids"
+        );
+        for rule in acp::monitor::rules::ALL {
+            assert!(
+                ids.contains(rule),
+                "the monitor checks {rule}, which is not catalogued"
+            );
+        }
+        for g in acp::table::CLIENT_GATES
+            .iter()
+            .chain(acp::table::AGENT_GATES)
+        {
+            assert!(
+                ids.contains(g.requirement),
+                "{} names {}",
+                g.method,
+                g.requirement
+            );
+        }
+        for r in &catalogue.requirements {
+            assert!(
+                r.role == "agent" || r.role == "client",
+                "{}: role {}",
+                r.id,
+                r.role
+            );
+        }
+    }
+
+    #[test]
+    fn every_quote_is_in_the_vendored_pages_or_the_schema() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/corpus/acp");
+        let mut sources = String::new();
+        for e in std::fs::read_dir(format!("{dir}/sources"))
+            .unwrap()
+            .flatten()
+        {
+            if e.path().extension().is_some_and(|x| x == "mdx") {
+                sources.push_str(&std::fs::read_to_string(e.path()).unwrap());
+                sources.push('\n');
+            }
+        }
+        sources.push_str(&std::fs::read_to_string(format!("{dir}/schema.json")).unwrap());
+        let sources = super::fold(&sources);
+        let mut absent = Vec::new();
+        for r in &acp::catalogue().requirements {
+            if r.source.starts_with("JSON-RPC") {
+                continue;
+            }
+            for fragment in r.quote.split(" / ").flat_map(|f| f.split("...")) {
+                let fragment = super::fold(fragment.trim());
+                if fragment.len() < 8 {
+                    continue;
+                }
+                if !sources.contains(&fragment) {
+                    absent.push(format!("{}: {fragment:?}", r.id));
+                }
+            }
+        }
+        assert!(
+            absent.is_empty(),
+            "quotes not found:\n{}",
+            absent.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_vendored_schema_is_the_shared_one() {
+        let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/specs/acp");
+        let Ok(theirs) = std::fs::read(format!("{shared}/schema.json")) else {
+            eprintln!("skipped: ../shared/specs is not beside this checkout");
+            return;
+        };
+        let ours = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/corpus/acp/schema.json"
+        ))
+        .unwrap();
+        assert!(
+            theirs == ours,
+            "corpus/acp/schema.json differs from specs/acp/schema.json"
+        );
+        let meta = std::fs::read(format!("{shared}/meta.json")).unwrap();
+        let ours =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/corpus/acp/meta.json")).unwrap();
+        assert!(
+            meta == ours,
+            "corpus/acp/meta.json differs from specs/acp/meta.json"
+        );
+    }
+}

@@ -42,7 +42,11 @@ pub fn fixture_target(args: &str) -> String {
 /// One double and the outcome it must get.
 pub struct Double {
     pub name: String,
-    pub args: String,
+    pub protocol: &'static str,
+    /// The `--target` value.
+    pub target: String,
+    /// More arguments for `conform run` (a `--filter`).
+    pub extra: Vec<String>,
     pub fail: BTreeSet<String>,
     pub warn: BTreeSet<String>,
     /// How many cases must be skipped, when it matters.
@@ -51,9 +55,24 @@ pub struct Double {
 
 /// Runs conform with JSON output; returns (exit code, report).
 pub fn run_json(target: &str, extra: &[&str]) -> (i32, Value, String) {
-    let mut args = vec!["--format", "json", "--target", target];
-    args.extend_from_slice(extra);
-    let out = run_agent_socket(&args);
+    run_protocol_json("agent-socket", target, extra)
+}
+
+/// `conform run --protocol <protocol>` with JSON output; returns (exit code, report).
+pub fn run_protocol_json(protocol: &str, target: &str, extra: &[&str]) -> (i32, Value, String) {
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            protocol,
+            "--format",
+            "json",
+            "--target",
+            target,
+        ])
+        .args(extra)
+        .output()
+        .expect("conform runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out.status.code().unwrap_or(-1), report, stderr)
@@ -109,7 +128,8 @@ pub fn run_doubles(doubles: &[Double]) -> (Vec<String>, Vec<(String, Value)>) {
 }
 
 fn check(d: &Double) -> (Option<String>, Value) {
-    let (code, report, stderr) = run_json(&fixture_target(&d.args), &[]);
+    let extra: Vec<&str> = d.extra.iter().map(String::as_str).collect();
+    let (code, report, stderr) = run_protocol_json(d.protocol, &d.target, &extra);
     let failed = outcome_ids(&report, "fail");
     let warned = outcome_ids(&report, "warn");
     let errors = outcome_ids(&report, "error");
@@ -191,6 +211,10 @@ pub fn snapshot_report(name: &str, report: &Value) {
     );
     settings.add_filter(r#"(/tmp|/var/tmp)/[^\s"',]+"#, "[tmp]");
     settings.add_filter(r"\(\d+ bytes\)", "(N bytes)");
+    // ACP: session ids of the fixture, the reference and the SDK agent; the
+    // fixture's stderr log lines.
+    settings.add_filter(r"(sess|ref|sdk)-[0-9a-f-]+", "$1-[id]");
+    settings.add_filter(r"acp-fixture: [^\n]*", "acp-fixture: [log]");
     // A dying target refuses or resets a connection depending on timing.
     settings.add_filter(
         r"(cannot connect to \[tmp\] )?[A-Z][a-z ]+ \(os error \d+\)",

@@ -411,12 +411,24 @@ impl Monitor {
                 ),
             );
         }
-        let Some(id) = id else {
-            self.violate(
-                rules::ENVELOPE,
-                "a message has neither `method` nor `id`".into(),
-            );
-            return Incoming::Unusable;
+        let id = match id {
+            Some(id) => id,
+            // "If there was an error in detecting the id in the Request
+            // object (e.g. Parse error/Invalid Request), it MUST be Null."
+            None if has_error => {
+                self.violate(
+                    rules::ENVELOPE,
+                    "an error response has no `id` (JSON-RPC 2.0: it is null when the request's id could not be read)".into(),
+                );
+                Value::Null
+            }
+            None => {
+                self.violate(
+                    rules::ENVELOPE,
+                    "a message has neither `method` nor `id`".into(),
+                );
+                return Incoming::Unusable;
+            }
         };
         let key = id_key(&id);
         let Some(out) = self.outstanding.remove(&key) else {
@@ -535,6 +547,13 @@ impl Monitor {
         self.sessions
             .entry(session.to_owned())
             .or_insert(SessionState::Idle);
+    }
+
+    /// Whether any prompt turn is unanswered.
+    pub fn any_turn_running(&self) -> bool {
+        self.sessions
+            .values()
+            .any(|s| matches!(s, SessionState::Turn(_)))
     }
 
     /// Whether a prompt turn of `session` is unanswered.

@@ -211,7 +211,7 @@ pub enum NamedCheck {
     NoBooleanConfig,
     /// The result lists as many config options as session/new offered.
     AllConfigOptions,
-    /// Every listed session has the workspace as `cwd`, and the case's session is listed.
+    /// Every listed session has the workspace as `cwd`.
     ListedByCwd,
     /// The case's session is not listed.
     SessionNotListed,
