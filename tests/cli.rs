@@ -80,7 +80,8 @@ fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
 fn a_role_or_protocol_without_a_suite_yet_is_exit_2() {
     for args in [
         ["--protocol", "agent-socket", "--role", "client"],
-        ["--protocol", "acp", "--role", "agent"],
+        ["--protocol", "acp", "--role", "client"],
+        ["--protocol", "cwx", "--role", "host"],
         ["--protocol", "agent-socket", "--role", "nope"],
     ] {
         let out = conform().arg("run").args(args).output().unwrap();
@@ -196,6 +197,82 @@ fn a_spawned_target_and_its_children_are_gone_after_the_run() {
     );
     let (code, report, stderr) = run_json(&target, &["--filter", "agent-socket/handshake/version"]);
     assert_eq!(code, 0, "{stderr} {report:#}");
+    let left = processes_with(&format!("{marker}=1"));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn an_acp_agent_that_cannot_start_or_speak_stdio_is_exit_2() {
+    for target in ["exec:echo no agent here >&2; exit 3", "unix:/tmp/x.sock"] {
+        let out = conform()
+            .args(["run", "--protocol", "acp", "--target", target])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{target}");
+    }
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "acp",
+            "--target",
+            "exec:echo no agent here >&2; exit 3",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no agent here"), "{stderr}");
+}
+
+#[test]
+fn acp_list_names_every_case_with_its_requirements() {
+    let out = conform()
+        .args(["list", "--protocol", "acp", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let items: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = conform::protocols::acp::load_cases(&[]).unwrap().len();
+    assert_eq!(items.as_array().unwrap().len(), n);
+    assert!(items.as_array().unwrap().iter().all(|c| {
+        c["requirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["quote"].is_string())
+    }));
+}
+
+#[test]
+fn every_acp_agent_process_and_its_children_are_gone_after_the_run() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not on PATH");
+        return;
+    }
+    let marker = format!("CONFORM_ACP_MARKER_{}", std::process::id());
+    // Each case's agent leaves a grandchild holding its pipes, and ignores SIGTERM.
+    let agent = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/acp_agent.py");
+    let target =
+        format!("exec:{marker}=1 sh -c 'trap \"\" TERM; sleep 300 & exec python3 {agent}'");
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "acp",
+            "--format",
+            "json",
+            "--target",
+            &target,
+        ])
+        .args(["--filter", "acp/prompt/text,acp/jsonrpc/id-number"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let left = processes_with(&format!("{marker}=1"));
     assert!(left.is_empty(), "left behind: {left:?}");
 }

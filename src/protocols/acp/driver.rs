@@ -257,6 +257,8 @@ struct CaseRun<'a> {
     closed: bool,
     /// An answer the case needed never came: later steps would build on nothing.
     stalled: bool,
+    /// The agent ended (or closed stdout) before the case was over.
+    ended_early: bool,
     workspace: std::path::PathBuf,
 }
 
@@ -315,6 +317,7 @@ impl Context {
             conform_error: None,
             closed: false,
             stalled: false,
+            ended_early: false,
             workspace: ws,
         };
         run.setup().await;
@@ -1082,6 +1085,8 @@ impl CaseRun<'_> {
             self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
                 .await;
         }
+        // An agent that ended before conform ended it: its stderr says why.
+        self.ended_early = self.closed || self.stream.process.exit_status().is_some();
         self.stream.close_stdin();
         let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
@@ -1126,7 +1131,7 @@ impl CaseRun<'_> {
                 if let Some(why) = &self.skip {
                     lines.push(format!("(the case then stopped: {why})"));
                 }
-                if self.closed || self.stream.process.exit_status().is_some() {
+                if self.ended_early {
                     let stderr = self.stream.process.stderr_tail();
                     if !stderr.trim().is_empty() {
                         lines.push(format!(
