@@ -2,6 +2,7 @@
 
 pub mod acp;
 pub mod agent_socket;
+pub mod cwx;
 
 use clap::ValueEnum;
 

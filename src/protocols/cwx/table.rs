@@ -1,0 +1,212 @@
+//! The CWX1 extension-host protocol, written once: the method table with
+//! directions, request or notification, and trust tiers; the error codes;
+//! the limits. A test checks it against the seed's `METHODS`
+//! (`../shared/specs/cwx/protocol.rs.txt`).
+
+/// Which side sends a method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    CoreToHost,
+    HostToCore,
+}
+
+impl Direction {
+    /// The seed's corpus spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::CoreToHost => "core_to_host",
+            Direction::HostToCore => "host_to_core",
+        }
+    }
+}
+
+/// The trust tier a host process serves (`--tier=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Builtin,
+    Plugin,
+}
+
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Builtin => "builtin",
+            Tier::Plugin => "plugin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Tier> {
+        match s {
+            "builtin" => Some(Tier::Builtin),
+            "plugin" => Some(Tier::Plugin),
+            _ => None,
+        }
+    }
+}
+
+pub const ALL_TIERS: &[Tier] = &[Tier::Builtin, Tier::Plugin];
+const BUILTIN_ONLY: &[Tier] = &[Tier::Builtin];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MethodSpec {
+    pub name: &'static str,
+    pub direction: Direction,
+    /// A request carries an id and gets a response; a notification does not.
+    pub request: bool,
+    /// The tiers whose host may send (host to core) or be sent (core to host) it.
+    pub tiers: &'static [Tier],
+}
+
+const fn row(direction: Direction, name: &'static str, request: bool) -> MethodSpec {
+    MethodSpec {
+        name,
+        direction,
+        request,
+        tiers: ALL_TIERS,
+    }
+}
+
+const fn builtin(direction: Direction, name: &'static str, request: bool) -> MethodSpec {
+    MethodSpec {
+        name,
+        direction,
+        request,
+        tiers: BUILTIN_ONLY,
+    }
+}
+
+use Direction::{CoreToHost as C2H, HostToCore as H2C};
+
+/// "The whole protocol surface. A method missing here is refused by both parsers."
+pub const METHODS: &[MethodSpec] = &[
+    row(C2H, "host/initialize", true),
+    row(C2H, "host/ping", true),
+    row(C2H, "host/shutdown", true),
+    row(C2H, "ext/activate", true),
+    row(C2H, "ext/deactivate", true),
+    row(C2H, "tool/call", true),
+    row(C2H, "command/run", true),
+    row(C2H, "hook/evaluate", true),
+    builtin(C2H, "mcp/open", true),
+    builtin(C2H, "mcp/request", true),
+    builtin(C2H, "mcp/close", true),
+    builtin(C2H, "harness/run", true),
+    row(C2H, "$/cancel", false),
+    row(H2C, "host/hello", false),
+    row(H2C, "host/ready", false),
+    row(H2C, "registry/register", true),
+    row(H2C, "registry/unregister", true),
+    row(H2C, "core/call", true),
+    builtin(H2C, "proc/launch", true),
+    builtin(H2C, "proc/read", true),
+    builtin(H2C, "proc/write", true),
+    builtin(H2C, "proc/close", true),
+    builtin(H2C, "net/start", true),
+    builtin(H2C, "net/fetch", true),
+    builtin(H2C, "net/read", true),
+    builtin(H2C, "net/release", true),
+    builtin(H2C, "net/close", true),
+    builtin(H2C, "exec/redeem", true),
+    row(H2C, "ext/faulted", false),
+    row(H2C, "log", false),
+    row(H2C, "$/cancel", false),
+];
+
+pub fn method(direction: Direction, name: &str) -> Option<&'static MethodSpec> {
+    METHODS
+        .iter()
+        .find(|m| m.direction == direction && m.name == name)
+}
+
+pub const PROTOCOL_VERSION: u64 = 1;
+pub const MAX_INFLIGHT: usize = 256;
+
+/// JSON-RPC error codes used on this channel.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+    /// "a tool body threw"
+    pub const EXECUTION_FAILED: i64 = -32000;
+    /// "Unknown, revoked, or not-yet-active handle."
+    pub const NOT_AVAILABLE: i64 = -32001;
+    pub const REFUSED: i64 = -32002;
+    pub const DENIED: i64 = -32003;
+    /// "Cancelled by `$/cancel`."
+    pub const CANCELLED: i64 = -32800;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seed's `METHODS`, read from its source: (direction, name, request, builtin only).
+    fn seed_methods(src: &str) -> Vec<(String, String, bool, bool)> {
+        let start = src.find("pub const METHODS").expect("METHODS in the seed");
+        let mut out = Vec::new();
+        let mut reserved = false;
+        // The seed's lines carry their numbers: `142 pub const METHODS ...`.
+        for line in src[start..].lines().skip(1) {
+            let line = line.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+            if line == "];" {
+                break;
+            }
+            if line.starts_with("tiers: &[HostTier::Builtin]") {
+                reserved = true;
+            }
+            if let Some(rest) = line
+                .strip_prefix("row(Direction::")
+                .or_else(|| line.strip_prefix("..row(Direction::"))
+            {
+                let (dir, rest) = rest.split_once(", \"").unwrap();
+                let (name, rest) = rest.split_once("\", ").unwrap();
+                let request = rest.starts_with("true");
+                out.push((dir.to_owned(), name.to_owned(), request, reserved));
+                reserved = false;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_table_is_the_seeds_methods() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/specs/cwx/protocol.rs.txt"
+        );
+        let Ok(src) = std::fs::read_to_string(path) else {
+            eprintln!("skipped: ../shared/specs is not beside this checkout");
+            return;
+        };
+        let seed = seed_methods(&src);
+        assert_eq!(seed.len(), METHODS.len(), "{seed:?}");
+        for ((dir, name, request, reserved), m) in seed.iter().zip(METHODS) {
+            let d = match m.direction {
+                Direction::CoreToHost => "CoreToHost",
+                Direction::HostToCore => "HostToCore",
+            };
+            assert_eq!(
+                (dir.as_str(), name.as_str(), *request),
+                (d, m.name, m.request)
+            );
+            assert_eq!(*reserved, m.tiers == BUILTIN_ONLY, "{name}");
+        }
+        for (name, value) in [
+            ("pub const MAX_FRAME: usize = 32 * 1024 * 1024;", ""),
+            ("pub const PROTOCOL_VERSION: u32 = 1;", ""),
+            ("pub const MAX_INFLIGHT: usize = 256;", ""),
+            ("pub const NOT_AVAILABLE: i64 = -32001;", ""),
+            ("pub const CANCELLED: i64 = -32800;", ""),
+            ("pub const REFUSED: i64 = -32002;", ""),
+            ("pub const DENIED: i64 = -32003;", ""),
+            ("(\"ExecutionFailed\", -32000),", ""),
+        ] {
+            assert!(src.contains(name), "the seed no longer says {name}{value}");
+        }
+        assert_eq!(crate::wire::frame::MAX_FRAME, 32 * 1024 * 1024);
+        assert_eq!(MAX_INFLIGHT, 256);
+    }
+}

@@ -1,0 +1,578 @@
+//! The core's strict reading of everything a host sends, sans-IO: the same
+//! rules as the seed's `parse_host_message` ("Host→core types use
+//! `deny_unknown_fields` — host output is untrusted input"), with the same
+//! serde types, so that conform and the seed agree on every message (the
+//! golden corpus in `corpus/cwx/messages/` holds both to it).
+
+use super::table::{self, Direction, Tier};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value, json};
+
+/// `Some(value)` even for an explicit `null`, as the seed's `present`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn present_entry<'de, D: Deserializer<'de>>(d: D) -> Result<Option<EntryRef>, D::Error> {
+    EntryRef::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerRef {
+    pub plugin_id: String,
+    pub generation: u64,
+    pub owner_token: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RpcErrorWire {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, deserialize_with = "present")]
+    pub data: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtocolRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelloParams {
+    pub protocol: ProtocolRange,
+    pub host_version: String,
+    pub bundle_sha256: String,
+    pub runtime: HelloRuntime,
+    pub tier: Tier,
+    pub builtin_modules: Vec<ModuleDigestWire>,
+    #[serde(default)]
+    pub memory_limit_mib: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelloRuntime {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleDigestWire {
+    pub id: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyParams {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegisterKind {
+    Tool,
+    Command,
+    Hook,
+    PromptSection,
+    PromptTemplate,
+    SkillRoot,
+    ShellHook,
+    McpServer,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterSpecWire {
+    pub name: String,
+    pub description: String,
+    #[serde(default)]
+    pub input_schema: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub argument_hint: Option<String>,
+}
+
+/// Core→host shape the seed reads without `deny_unknown_fields`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EntryRef {
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterParams {
+    pub owner: OwnerRef,
+    #[serde(default, deserialize_with = "present_entry")]
+    pub scope: Option<EntryRef>,
+    pub kind: RegisterKind,
+    pub spec: RegisterSpecWire,
+}
+
+impl RegisterParams {
+    /// The seed's `check_spec`: which spec fields each kind uses.
+    pub fn check_spec(&self) -> Result<(), String> {
+        let spec = &self.spec;
+        match self.kind {
+            RegisterKind::Tool if spec.input_schema.is_none() => {
+                Err("a tool registration needs `spec.input_schema`".into())
+            }
+            RegisterKind::Tool if spec.argument_hint.is_some() => {
+                Err("a tool registration has no `spec.argument_hint`".into())
+            }
+            RegisterKind::Command if spec.input_schema.is_some() => {
+                Err("a command registration has no `spec.input_schema`".into())
+            }
+            RegisterKind::Tool | RegisterKind::Command => Ok(()),
+            _ if spec.input_schema.is_some() || spec.argument_hint.is_some() => Err(
+                "a hook, prompt or skill root registration has no input schema or argument hint"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnregisterParams {
+    pub owner: OwnerRef,
+    pub handle: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreCallParams {
+    pub owner: OwnerRef,
+    pub ticket: String,
+    pub name: String,
+    pub input: Value,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultedParams {
+    pub owner: OwnerRef,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogParams {
+    pub level: String,
+    pub msg: String,
+    #[serde(default)]
+    pub plugin_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    pub id: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionRedeemParams {
+    pub owner: OwnerRef,
+    pub execution_id: String,
+    pub ticket: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcLaunchParams {
+    pub owner: OwnerRef,
+    pub session_id: String,
+    pub ticket: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcSessionParams {
+    pub owner: OwnerRef,
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcWriteParams {
+    pub owner: OwnerRef,
+    pub session_id: String,
+    pub frame: Value,
+    #[serde(default)]
+    pub ticket: Option<String>,
+    #[serde(default)]
+    pub operation_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpHttpHeaders {
+    #[serde(default)]
+    pub accept: Option<String>,
+    #[serde(default)]
+    pub content_type: Option<String>,
+    #[serde(default)]
+    pub mcp_session_id: Option<String>,
+    #[serde(default)]
+    pub mcp_protocol_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetFetchParams {
+    pub owner: OwnerRef,
+    pub session_id: String,
+    pub url: String,
+    pub method: String,
+    pub headers: McpHttpHeaders,
+    #[serde(default)]
+    pub frame: Option<Value>,
+    #[serde(default)]
+    pub ticket: Option<String>,
+    #[serde(default)]
+    pub operation_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetReadParams {
+    pub owner: OwnerRef,
+    pub session_id: String,
+    pub response_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    jsonrpc: String,
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<RpcErrorWire>,
+}
+
+/// One host→core message, read as the core reads it.
+#[derive(Debug, Clone)]
+pub enum HostMessage {
+    Request {
+        id: u64,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    Response {
+        id: u64,
+        outcome: Result<Value, RpcErrorWire>,
+    },
+}
+
+fn params<T: DeserializeOwned>(method: &str, p: &Option<Value>) -> Result<T, String> {
+    let p = p.clone().unwrap_or_else(|| json!({}));
+    if !p.is_object() {
+        return Err(format!("{method}: params must be an object"));
+    }
+    serde_json::from_value(p).map_err(|e| format!("{method}: {e}"))
+}
+
+/// Whether the params read as `T`.
+fn check<T: DeserializeOwned>(method: &str, p: &Option<Value>) -> Result<(), String> {
+    params::<T>(method, p).map(|_| ())
+}
+
+/// Parses and strictly validates one host→core payload from a host of
+/// `tier`. The error says which rule the message broke.
+pub fn parse_host_message(value: Value, tier: Tier) -> Result<HostMessage, String> {
+    let envelope: Envelope = serde_json::from_value(value).map_err(|e| format!("envelope: {e}"))?;
+    if envelope.jsonrpc != "2.0" {
+        return Err("envelope: jsonrpc must be \"2.0\"".into());
+    }
+    let Some(method) = envelope.method.clone() else {
+        let id = envelope.id.ok_or("response: missing id")?;
+        if envelope.params.is_some() {
+            return Err("response: unexpected params".into());
+        }
+        return match (envelope.result, envelope.error) {
+            (Some(r), None) => Ok(HostMessage::Response { id, outcome: Ok(r) }),
+            (None, Some(e)) => Ok(HostMessage::Response {
+                id,
+                outcome: Err(e),
+            }),
+            _ => Err("response: needs exactly one of result or error".into()),
+        };
+    };
+    if envelope.result.is_some() || envelope.error.is_some() {
+        return Err(format!("`{method}`: a request carries no result or error"));
+    }
+    let spec = table::method(Direction::HostToCore, &method)
+        .ok_or_else(|| format!("unknown host_to_core method `{method}`"))?;
+    if !spec.tiers.contains(&tier) {
+        return Err(format!(
+            "`{method}` is not allowed on the {} tier",
+            tier.name()
+        ));
+    }
+    match (spec.request, envelope.id) {
+        (true, None) => return Err(format!("`{method}` must be a request (with id)")),
+        (false, Some(_)) => return Err(format!("`{method}` must be a notification (no id)")),
+        _ => {}
+    }
+    let p = &envelope.params;
+    match method.as_str() {
+        "registry/register" => {
+            let r: RegisterParams = params(&method, p)?;
+            r.check_spec().map_err(|why| format!("{method}: {why}"))?;
+        }
+        "registry/unregister" => check::<UnregisterParams>(&method, p)?,
+        "core/call" => check::<CoreCallParams>(&method, p)?,
+        "net/start" | "proc/launch" => check::<ProcLaunchParams>(&method, p)?,
+        "net/fetch" => check::<NetFetchParams>(&method, p)?,
+        "net/read" | "net/release" => check::<NetReadParams>(&method, p)?,
+        "net/close" | "proc/close" | "proc/read" => check::<ProcSessionParams>(&method, p)?,
+        "proc/write" => check::<ProcWriteParams>(&method, p)?,
+        "exec/redeem" => check::<ExecutionRedeemParams>(&method, p)?,
+        "host/hello" => {
+            let hello: HelloParams = params(&method, p)?;
+            if !matches!(hello.runtime.name.as_str(), "bun" | "node") {
+                return Err(format!(
+                    "host/hello.runtime.name: unknown runtime `{}`",
+                    hello.runtime.name
+                ));
+            }
+        }
+        "host/ready" => check::<EmptyParams>(&method, p)?,
+        "ext/faulted" => check::<FaultedParams>(&method, p)?,
+        "log" => check::<LogParams>(&method, p)?,
+        "$/cancel" => check::<CancelParams>(&method, p)?,
+        _ => {
+            return Err(format!(
+                "`{method}` is in the method table but has no decoder"
+            ));
+        }
+    }
+    let params = envelope.params.unwrap_or_else(|| json!({}));
+    Ok(match envelope.id {
+        Some(id) => HostMessage::Request { id, method, params },
+        None => HostMessage::Notification { method, params },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Value {
+        json!({"plugin_id": "p", "generation": 1, "owner_token": "t"})
+    }
+
+    #[test]
+    fn a_tool_registration_needs_an_input_schema() {
+        let ok = json!({"jsonrpc": "2.0", "id": 1, "method": "registry/register", "params": {
+            "owner": owner(), "kind": "tool",
+            "spec": {"name": "t", "description": "d", "input_schema": {"type": "object"}}}});
+        assert!(parse_host_message(ok, Tier::Plugin).is_ok());
+        let bad = json!({"jsonrpc": "2.0", "id": 1, "method": "registry/register", "params": {
+            "owner": owner(), "kind": "tool", "spec": {"name": "t", "description": "d"}}});
+        let e = parse_host_message(bad, Tier::Plugin).unwrap_err();
+        assert!(e.contains("needs `spec.input_schema`"), "{e}");
+    }
+
+    #[test]
+    fn builtin_only_methods_are_refused_from_a_plugin_host() {
+        let m = json!({"jsonrpc": "2.0", "id": 3, "method": "proc/read",
+            "params": {"owner": owner(), "session_id": "s"}});
+        assert!(parse_host_message(m.clone(), Tier::Builtin).is_ok());
+        let e = parse_host_message(m, Tier::Plugin).unwrap_err();
+        assert!(e.contains("not allowed on the plugin tier"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_null_params_and_two_outcomes_are_refused() {
+        for (m, want) in [
+            (
+                json!({"jsonrpc": "2.0", "method": "host/ready", "params": {}, "x": 1}),
+                "unknown field",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "method": "host/ready", "params": null}),
+                "must be an object",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "method": "host/ready", "params": []}),
+                "must be an object",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {"code": 1, "message": "m"}}),
+                "exactly one",
+            ),
+            (json!({"jsonrpc": "2.0", "id": -1, "result": 1}), "envelope"),
+            (
+                json!({"jsonrpc": "2.0", "id": 1, "method": "host/ready"}),
+                "must be a notification",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "method": "core/call", "params": {}}),
+                "must be a request",
+            ),
+            (json!({"jsonrpc": "1.0", "method": "host/ready"}), "jsonrpc"),
+        ] {
+            let e = parse_host_message(m.clone(), Tier::Builtin).unwrap_err();
+            assert!(e.contains(want), "{m}: {e}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Core → host: what conform writes as the core, read back the seed's way
+// (`parse_core_message`): the table and tiers strictly, the shapes as the
+// seed's core→host types read them (unknown fields ignored, except in
+// `hook/evaluate`'s payload).
+// ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct HostLimits {
+    max_frame: u64,
+    max_inflight: u64,
+    dispose_deadline_ms: u64,
+    activate_deadline_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct InitializeParams {
+    protocol: u32,
+    limits: HostLimits,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct LenientOwner {
+    plugin_id: String,
+    generation: u64,
+    owner_token: String,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ActivateParams {
+    owner: LenientOwner,
+    #[serde(default, deserialize_with = "present_entry")]
+    scope: Option<EntryRef>,
+    plugin_name: String,
+    entry: EntryRef,
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    data_dir: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct DeactivateParams {
+    owner: LenientOwner,
+    #[serde(default, deserialize_with = "present_entry")]
+    entry: Option<EntryRef>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolCallParams {
+    handle: u64,
+    call_id: String,
+    input: Value,
+    deadline_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct CommandRunParams {
+    handle: u64,
+    command_id: String,
+    raw_input: String,
+    deadline_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct HookCallPayload {
+    name: String,
+    call_id: String,
+    input: Value,
+    mode: String,
+    workspace: String,
+    model: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct HookEvaluateParams {
+    handle: u64,
+    event: String,
+    payload: HookCallPayload,
+    deadline_ms: u64,
+}
+
+/// Parses one core→host payload bound for a host of `tier`, as the seed's
+/// `parse_core_message` does for the methods conform sends.
+pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), String> {
+    let envelope: Envelope = serde_json::from_value(value).map_err(|e| format!("envelope: {e}"))?;
+    if envelope.jsonrpc != "2.0" {
+        return Err("envelope: jsonrpc must be \"2.0\"".into());
+    }
+    let Some(method) = envelope.method.clone() else {
+        envelope.id.ok_or("response: missing id")?;
+        if envelope.params.is_some() {
+            return Err("response: unexpected params".into());
+        }
+        return match (&envelope.result, &envelope.error) {
+            (Some(_), None) | (None, Some(_)) => Ok(()),
+            _ => Err("response: needs exactly one of result or error".into()),
+        };
+    };
+    let spec = table::method(Direction::CoreToHost, &method)
+        .ok_or_else(|| format!("unknown core_to_host method `{method}`"))?;
+    if !spec.tiers.contains(&tier) {
+        return Err(format!(
+            "`{method}` is not allowed on the {} tier",
+            tier.name()
+        ));
+    }
+    match (spec.request, envelope.id) {
+        (true, None) => return Err(format!("`{method}` must be a request (with id)")),
+        (false, Some(_)) => return Err(format!("`{method}` must be a notification (no id)")),
+        _ => {}
+    }
+    let p = &envelope.params;
+    match method.as_str() {
+        "$/cancel" => check::<CancelParams>(&method, p)?,
+        "host/initialize" => check::<InitializeParams>(&method, p)?,
+        "host/ping" | "host/shutdown" => check::<EmptyParams>(&method, p)?,
+        "ext/activate" => check::<ActivateParams>(&method, p)?,
+        "ext/deactivate" => check::<DeactivateParams>(&method, p)?,
+        "tool/call" => check::<ToolCallParams>(&method, p)?,
+        "command/run" => check::<CommandRunParams>(&method, p)?,
+        "hook/evaluate" => check::<HookEvaluateParams>(&method, p)?,
+        // The builtin-only broker methods: conform does not send them; their
+        // params must at least be an object.
+        _ => check::<Map<String, Value>>(&method, p)?,
+    }
+    Ok(())
+}
