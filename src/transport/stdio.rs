@@ -1,11 +1,13 @@
-//! A newline-delimited message stream over a child's stdin and stdout (ACP).
+//! A message stream over a child's stdin and stdout: newline-delimited (ACP)
+//! or `CWX1` frames (cwx).
 //!
-//! A reader task feeds the child's stdout through a [`LineDecoder`] and
-//! hands whole lines to the driver over a small bounded channel, so conform
-//! holds at most a few lines of the limit at once whatever the child writes.
-//! Every wait has a deadline.
+//! A reader task feeds the child's stdout through a sans-IO decoder and
+//! hands whole messages to the driver over a small bounded channel, so
+//! conform holds at most a few messages of the limit at once whatever the
+//! child writes. Every wait has a deadline.
 
 use super::process::{self, Spawned, Stdio3};
+use crate::wire::frame::FrameDecoder;
 use crate::wire::line::{LineDecoder, LineError};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,6 +22,8 @@ pub enum StreamEvent {
     Line(Vec<u8>),
     /// A line went over the limit; its bytes up to the next newline are dropped.
     TooLong { limit: usize },
+    /// The stream broke (a bad frame header); nothing more is read from it.
+    Broken(String),
     /// stdout closed; `partial` holds bytes of a last line with no newline.
     Closed { partial: Vec<u8> },
 }
@@ -42,6 +46,22 @@ impl LineStream {
         env: &[(&str, &std::ffi::OsStr)],
         line_limit: usize,
     ) -> std::io::Result<LineStream> {
+        Self::spawn_with(command_line, env, Box::new(LineDecoder::new(line_limit)))
+    }
+
+    /// Spawns `command_line` and reads its stdout in `CWX1` frames.
+    pub fn spawn_framed(
+        command_line: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> std::io::Result<LineStream> {
+        Self::spawn_with(command_line, env, Box::new(FrameDecoder::default()))
+    }
+
+    fn spawn_with(
+        command_line: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+        decoder: Box<dyn Decoder>,
+    ) -> std::io::Result<LineStream> {
         let mut process = process::spawn(command_line, env, Stdio3::Pipes)?;
         let stdin = process.stdin.take();
         let stdout = process
@@ -49,7 +69,7 @@ impl LineStream {
             .take()
             .ok_or_else(|| std::io::Error::other("the child has no stdout pipe"))?;
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(read_lines(stdout, line_limit, tx));
+        tokio::spawn(read_messages(stdout, decoder, tx));
         Ok(LineStream {
             process,
             stdin,
@@ -114,36 +134,82 @@ impl LineStream {
     }
 }
 
-async fn read_lines(
+/// A sans-IO decoder of a child's output: lines or frames.
+trait Decoder: Send {
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>);
+    fn partial(&self) -> Vec<u8>;
+}
+
+impl Decoder for LineDecoder {
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>) {
+        let (used, out) = self.feed(input);
+        let event = out.map(|r| match r {
+            Ok(line) => StreamEvent::Line(line),
+            Err(LineError::TooLong { limit }) => StreamEvent::TooLong { limit },
+        });
+        (used, event)
+    }
+
+    fn partial(&self) -> Vec<u8> {
+        self.pending().to_vec()
+    }
+}
+
+impl Decoder for FrameDecoder {
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>) {
+        let (used, out) = self.feed(input);
+        let event = out.map(|r| match r {
+            Ok(payload) => StreamEvent::Line(payload),
+            Err(e) => StreamEvent::Broken(e.to_string()),
+        });
+        (used, event)
+    }
+
+    fn partial(&self) -> Vec<u8> {
+        // Only its length matters for a report: an unfinished frame.
+        vec![0; self.pending_len()]
+    }
+}
+
+async fn read_messages(
     mut stdout: tokio::process::ChildStdout,
-    limit: usize,
+    mut decoder: Box<dyn Decoder>,
     tx: mpsc::Sender<(Instant, StreamEvent)>,
 ) {
-    let mut decoder = LineDecoder::new(limit);
     let mut buf = vec![0u8; 64 * 1024];
+    let mut broken = false;
     loop {
         let n = match stdout.read(&mut buf).await {
             Ok(0) | Err(_) => 0,
             Ok(n) => n,
         };
         if n == 0 {
-            let partial = decoder.pending().to_vec();
+            let partial = if broken {
+                Vec::new()
+            } else {
+                decoder.partial()
+            };
             let _ = tx
                 .send((Instant::now(), StreamEvent::Closed { partial }))
                 .await;
             return;
         }
+        // After a broken frame the rest is drained unread, so the child never
+        // blocks on a full pipe.
+        if broken {
+            continue;
+        }
         let mut input = &buf[..n];
         while !input.is_empty() {
-            let (used, out) = decoder.feed(input);
+            let (used, out) = decoder.feed_event(input);
             input = &input[used..];
-            let event = match out {
-                None => continue,
-                Some(Ok(line)) => StreamEvent::Line(line),
-                Some(Err(LineError::TooLong { limit })) => StreamEvent::TooLong { limit },
-            };
+            let Some(event) = out else { continue };
+            broken = matches!(event, StreamEvent::Broken(_));
             if tx.send((Instant::now(), event)).await.is_err() {
                 return;
+            }
+            if broken {
+                break;
             }
         }
     }

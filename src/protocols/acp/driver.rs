@@ -219,6 +219,7 @@ async fn exchange(
             Some((_, StreamEvent::TooLong { limit })) => {
                 return Err(format!("the agent wrote a line over {limit} bytes"));
             }
+            Some((_, StreamEvent::Broken(why))) => return Err(why),
             Some((_, StreamEvent::Closed { .. })) => {
                 let status = stream
                     .process
@@ -400,6 +401,11 @@ impl CaseRun<'_> {
                     self.conform_error = Some(format!(
                         "the agent wrote a line over conform's {limit}-byte limit; conform cannot judge it"
                     ));
+                    return false;
+                }
+                // Lines never break the stream; only frames do.
+                StreamEvent::Broken(why) => {
+                    self.conform_error = Some(why);
                     return false;
                 }
                 StreamEvent::Closed { partial } => {
