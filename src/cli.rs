@@ -3,7 +3,7 @@
 use crate::case::Case;
 use crate::case::{self, filter_matches};
 use crate::error::RunError;
-use crate::protocols::{Protocol, acp, agent_socket};
+use crate::protocols::{Protocol, acp, agent_socket, cwx};
 use crate::report::{self, Format};
 use crate::requirements::Catalogue;
 use crate::target::Target;
@@ -63,6 +63,13 @@ pub struct RunArgs {
     /// How long an exec: target has to start accepting connections.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
+    /// cwx: the trust tier the host was launched with (builtin or plugin).
+    #[arg(long, default_value = "plugin")]
+    pub tier: String,
+    /// cwx: an extension entry the host can load, as PATH#SHA256, for the
+    /// cases that need a loaded extension (builtin: its toy extension).
+    #[arg(long)]
+    pub extension: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +95,9 @@ pub struct ReferenceArgs {
     /// The sandbox workspace; by default a fresh temporary directory.
     #[arg(long)]
     pub workspace: Option<PathBuf>,
+    /// cwx: the trust tier the reference host serves.
+    #[arg(long, default_value = "plugin")]
+    pub tier: String,
 }
 
 /// Runs the command line and returns the process exit status.
@@ -134,10 +144,10 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
     };
     if !matches!(
         (protocol, role),
-        (Protocol::AgentSocket, "server") | (Protocol::Acp, "agent")
+        (Protocol::AgentSocket, "server") | (Protocol::Acp, "agent") | (Protocol::Cwx, "host")
     ) {
         return Err(RunError::Usage(format!(
-            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and acp agent are",
+            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server, acp agent and cwx host are",
             protocol.id()
         )));
     }
@@ -184,6 +194,31 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         }
     };
     let report = match args.protocol {
+        Protocol::Cwx => {
+            let cases = selected(cwx::load_cases(&extra)?, args.filter.as_deref())?;
+            let tier = parse_tier(&args.tier)?;
+            let extension = match &args.extension {
+                None => None,
+                Some(x) => {
+                    let (path, sha256) = x
+                        .split_once('#')
+                        .ok_or_else(|| RunError::Usage("--extension is PATH#SHA256".into()))?;
+                    Some(cwx::driver::Extension {
+                        path: path.into(),
+                        sha256: sha256.into(),
+                    })
+                }
+            };
+            let options = cwx::RunOptions {
+                target,
+                tier,
+                extension,
+                jobs: jobs.max(1),
+                strict: args.strict,
+                startup_timeout,
+            };
+            cwx::run(&options, cases, &mut progress).await?
+        }
         Protocol::Acp => {
             let cases = selected(acp::load_cases(&extra)?, args.filter.as_deref())?;
             let options = acp::RunOptions {
@@ -235,9 +270,19 @@ fn selected<S>(mut cases: Vec<Case<S>>, filter: Option<&str>) -> Result<Vec<Case
     Ok(cases)
 }
 
+fn parse_tier(s: &str) -> Result<cwx::table::Tier, RunError> {
+    cwx::table::Tier::parse(s)
+        .ok_or_else(|| RunError::Usage(format!("--tier is builtin or plugin, not {s:?}")))
+}
+
 fn list(args: ListArgs) -> Result<i32, RunError> {
     check_role(args.protocol, args.role.as_deref())?;
     match args.protocol {
+        Protocol::Cwx => print_cases(
+            &selected(cwx::load_cases(&[])?, args.filter.as_deref())?,
+            &cwx::catalogue(),
+            args.json,
+        ),
         Protocol::Acp => print_cases(
             &selected(acp::load_cases(&[])?, args.filter.as_deref())?,
             &acp::catalogue(),
@@ -301,9 +346,11 @@ async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
             return Ok(0);
         }
         Protocol::Cwx => {
-            return Err(RunError::Usage(
-                "no reference for cwx in this version yet".into(),
-            ));
+            let tier = parse_tier(&args.tier)?;
+            cwx::reference::serve(tier)
+                .await
+                .map_err(|e| RunError::Conform(format!("the reference host failed: {e}")))?;
+            return Ok(0);
         }
         Protocol::AgentSocket => {}
     }

@@ -2,5 +2,157 @@
 //! Its single source is the seed's `protocol.rs` (`../shared/specs/cwx/`).
 
 pub mod corpus;
+pub mod driver;
+pub mod reference;
+pub mod steps;
 pub mod table;
 pub mod validate;
+
+use crate::case::{self, Case, CaseFileError};
+use crate::error::RunError;
+use crate::outcome::{CaseResult, RunReport, Summary};
+use crate::requirements::Catalogue;
+use crate::runner;
+use crate::target::Target;
+use std::sync::Arc;
+use std::time::Duration;
+use steps::Step;
+use table::Tier;
+
+pub const CATALOGUE: &str = "cwx/requirements.json";
+
+pub fn catalogue() -> Catalogue {
+    Catalogue::parse(crate::corpus::file(CATALOGUE).unwrap_or("{}"))
+        .expect("the embedded catalogue parses (a corpus test checks it)")
+}
+
+pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
+    let catalogue = catalogue();
+    let mut base = Vec::new();
+    for (path, text) in crate::corpus::files_under("cwx/cases") {
+        base.extend(checked(&catalogue, &format!("corpus/{path}"), text)?);
+    }
+    let mut over = Vec::new();
+    for (path, text) in extra {
+        over.extend(checked(&catalogue, path, text)?);
+    }
+    Ok(case::merge(base, over))
+}
+
+fn checked(
+    catalogue: &Catalogue,
+    origin: &str,
+    text: &str,
+) -> Result<Vec<Case<Step>>, CaseFileError> {
+    let invalid = |message: String| CaseFileError::Invalid {
+        path: origin.into(),
+        message,
+    };
+    let cases: Vec<Case<Step>> = case::parse_cases(origin, text)?;
+    for c in &cases {
+        for (i, s) in c.steps.iter().enumerate() {
+            s.validate()
+                .map_err(|m| invalid(format!("case {} step {i}: {m}", c.id)))?;
+        }
+        for r in &c.requirements {
+            if catalogue.get(r).is_none() {
+                return Err(invalid(format!("case {}: unknown requirement {r}", c.id)));
+            }
+        }
+        if !c.config.is_null() {
+            serde_json::from_value::<steps::Config>(c.config.clone())
+                .map_err(|e| invalid(format!("case {}: config: {e}", c.id)))?;
+        }
+        if c.for_each.is_some() || !c.finally.is_empty() {
+            return Err(invalid(format!(
+                "case {}: cwx cases take no for_each or finally",
+                c.id
+            )));
+        }
+    }
+    Ok(cases)
+}
+
+pub struct RunOptions {
+    pub target: Target,
+    pub tier: Tier,
+    pub extension: Option<driver::Extension>,
+    pub jobs: usize,
+    pub strict: bool,
+    pub startup_timeout: Duration,
+}
+
+/// The command line that starts one host for `target`.
+fn command_for(target: &Target, tier: Tier) -> Result<String, RunError> {
+    match target {
+        Target::Builtin => {
+            let exe = std::env::current_exe().map_err(|e| {
+                RunError::Conform(format!("cannot find conform's own executable: {e}"))
+            })?;
+            Ok(format!(
+                "exec {} reference --protocol cwx --tier {}",
+                crate::matcher::shell_quote(&exe.display().to_string()),
+                tier.name()
+            ))
+        }
+        Target::Exec(cmd) => Ok(cmd.clone()),
+        Target::Unix(_) => Err(RunError::Usage(
+            "cwx hosts speak over stdio: use builtin or exec:<command line>".into(),
+        )),
+    }
+}
+
+pub async fn run(
+    options: &RunOptions,
+    cases: Vec<Case<Step>>,
+    progress: &mut dyn FnMut(&CaseResult, usize, usize),
+) -> Result<RunReport, RunError> {
+    let command = command_for(&options.target, options.tier)?;
+    let extension = match (&options.target, &options.extension) {
+        (_, Some(x)) => Some(x.clone()),
+        (Target::Builtin, None) => Some(driver::Extension {
+            path: reference::TOY_ENTRY.into(),
+            sha256: reference::TOY_SHA256.into(),
+        }),
+        _ => None,
+    };
+    let ctx = Arc::new(driver::Context {
+        command,
+        tier: options.tier,
+        strict: options.strict,
+        catalogue: catalogue(),
+        extension,
+        startup: options.startup_timeout,
+    });
+    let cases = Arc::new(cases);
+    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
+        let ctx = ctx.clone();
+        let cases = cases.clone();
+        Arc::new(move |i| {
+            let ctx = ctx.clone();
+            let cases = cases.clone();
+            Box::pin(async move { ctx.run_case(&cases[i]).await })
+        })
+    };
+    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let mut notes = vec![format!(
+        "the host was run for the {} tier",
+        options.tier.name()
+    )];
+    if results
+        .iter()
+        .all(|r| r.outcome == crate::outcome::Outcome::Error)
+    {
+        notes.push("every case errored: the host could not be started".into());
+    }
+    Ok(RunReport {
+        protocol: "cwx".into(),
+        role: "host".into(),
+        target: options.target.to_string(),
+        conform_version: env!("CARGO_PKG_VERSION").into(),
+        strict: options.strict,
+        summary: Summary::of(&results),
+        cases: results,
+        notes,
+    })
+}

@@ -576,3 +576,91 @@ pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), String> {
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// Results the core reads from the host's answers (serde as the seed's types:
+// unknown fields ignored except where the seed denies them).
+// ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ActivateResult {
+    Ok {
+        tools: Vec<String>,
+        #[serde(default)]
+        commands: Vec<String>,
+    },
+    Failed {
+        diagnostic: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct DeactivateResult {
+    disposed: bool,
+    leaked: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ContentBlockWire {
+    Text { text: String },
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ToolResultWire {
+    content: Vec<ContentBlockWire>,
+    is_error: bool,
+    #[serde(default, deserialize_with = "present")]
+    structured: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(dead_code)]
+enum CommandResultWire {
+    Success {
+        #[serde(default)]
+        text: Option<String>,
+    },
+    Error {
+        text: String,
+    },
+    Submit {
+        prompt: String,
+        #[serde(default)]
+        text: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum HookVerdictWire {
+    Abstain,
+    Deny { reason: String },
+    Ask { reason: String },
+    Annotate { text: String },
+    Revise { input: Map<String, Value> },
+}
+
+/// How the result of `method` fails to read as its type, if it does.
+pub fn result_violation(method: &str, result: &Value) -> Option<String> {
+    fn read<T: DeserializeOwned>(name: &str, v: &Value) -> Option<String> {
+        serde_json::from_value::<T>(v.clone())
+            .err()
+            .map(|e| format!("the result is not a {name}: {e}"))
+    }
+    match method {
+        "ext/activate" => read::<ActivateResult>("ActivateResult", result),
+        "ext/deactivate" => read::<DeactivateResult>("DeactivateResult", result),
+        "tool/call" => read::<ToolResultWire>("ToolResultWire", result),
+        "command/run" => read::<CommandResultWire>("CommandResultWire", result),
+        "hook/evaluate" => read::<HookVerdictWire>("HookVerdictWire", result),
+        _ => None,
+    }
+}

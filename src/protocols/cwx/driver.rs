@@ -1,0 +1,756 @@
+//! conform playing the core: one fresh host process per case, framed
+//! messages both ways, the core's strict reading of every frame the host
+//! writes (`Watch`, sans-IO), the core's answers to the host's requests, and
+//! the grading.
+
+use super::steps::{AnswerRule, Config, Expect, NamedCheck, Setup, Step};
+use super::table::{Tier, code};
+use super::validate::{self, HostMessage};
+use crate::case::{Case, Level};
+use crate::matcher::{self, Vars, truncate};
+use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::requirements::Catalogue;
+use crate::transport::process;
+use crate::transport::stdio::{LineStream, StreamEvent};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// "| `host/ping` | `PING_DEADLINE` (10 s) |": the default for any request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// "| `host/initialize` | `HANDSHAKE_DEADLINE` (30 s) |"
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(30);
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// The requirement each watched rule belongs to.
+pub mod rules {
+    pub const FRAME: &str = "cwx.frame.format";
+    pub const STRICT: &str = "cwx.strict.host-messages";
+    pub const ANSWERS: &str = "cwx.response.answers-a-request";
+    pub const RESULT_SHAPE: &str = "cwx.result.shapes";
+    pub const ALL: &[&str] = &[FRAME, STRICT, ANSWERS, RESULT_SHAPE];
+}
+
+/// The extension conform activates for the cases that need one.
+#[derive(Debug, Clone)]
+pub struct Extension {
+    pub path: String,
+    pub sha256: String,
+}
+
+/// What every case of a run shares.
+pub struct Context {
+    pub command: String,
+    pub tier: Tier,
+    pub strict: bool,
+    pub catalogue: Catalogue,
+    pub extension: Option<Extension>,
+    pub startup: Duration,
+}
+
+/// The core's limits it sends in `host/initialize`.
+fn initialize_params() -> Value {
+    json!({"protocol": super::table::PROTOCOL_VERSION, "limits": {
+        "max_frame": crate::wire::frame::MAX_FRAME, "max_inflight": super::table::MAX_INFLIGHT,
+        "dispose_deadline_ms": 5000, "activate_deadline_ms": 10000}})
+}
+
+fn owner() -> Value {
+    json!({"plugin_id": "conform-extension", "generation": 1,
+        "owner_token": "c0nf0rmc0nf0rmc0nf0rmc0nf0rm0001"})
+}
+
+/// The core's bookkeeping of one host connection, sans-IO.
+#[derive(Default)]
+struct Watch {
+    tier: Option<Tier>,
+    /// Requests conform sent: id -> method.
+    outstanding: BTreeMap<u64, String>,
+    answers: HashMap<u64, Result<Value, Value>>,
+    /// Host messages by method, in order.
+    notifications: Vec<(String, Value)>,
+    violations: Vec<(String, String)>,
+}
+
+impl Watch {
+    fn violate(&mut self, rule: &str, message: String) {
+        if !self
+            .violations
+            .iter()
+            .any(|(r, m)| r == rule && *m == message)
+        {
+            self.violations.push((rule.into(), message));
+        }
+    }
+
+    /// Reads one payload; returns a request of the host's to answer.
+    fn received(&mut self, payload: &[u8]) -> Option<(u64, String, Value)> {
+        let value: Value = match serde_json::from_slice(payload) {
+            Ok(v) => v,
+            Err(e) => {
+                // "Frame: 4-byte magic `CWX1`, u32 little-endian payload length, UTF-8 JSON."
+                self.violate(rules::FRAME, format!("a frame's payload is not JSON: {e}"));
+                return None;
+            }
+        };
+        let tier = self.tier.unwrap_or(Tier::Plugin);
+        match validate::parse_host_message(value.clone(), tier) {
+            Err(why) => {
+                // "Host→core types use `deny_unknown_fields` — host output is untrusted input."
+                self.violate(
+                    rules::STRICT,
+                    format!(
+                        "the core refuses {}: {why}",
+                        truncate(&value.to_string(), 200)
+                    ),
+                );
+                None
+            }
+            Ok(HostMessage::Response { id, outcome }) => {
+                let Some(method) = self.outstanding.remove(&id) else {
+                    self.violate(
+                        rules::ANSWERS,
+                        format!(
+                            "a response with id {id} answers no request the core has in flight"
+                        ),
+                    );
+                    return None;
+                };
+                let outcome = outcome
+                    .map_err(|e| json!({"code": e.code, "message": e.message, "data": e.data}));
+                if let Ok(r) = &outcome
+                    && let Some(why) = validate::result_violation(&method, r)
+                {
+                    self.violate(rules::RESULT_SHAPE, format!("{method}: {why}"));
+                }
+                self.answers.insert(id, outcome);
+                None
+            }
+            Ok(HostMessage::Notification { method, params }) => {
+                self.notifications.push((method, params));
+                None
+            }
+            Ok(HostMessage::Request { id, method, params }) => Some((id, method, params)),
+        }
+    }
+}
+
+struct CaseRun<'a> {
+    ctx: &'a Context,
+    stream: LineStream,
+    started: Instant,
+    transcript: Vec<TranscriptEntry>,
+    watch: Watch,
+    vars: Vars,
+    next_id: u64,
+    next_handle: u64,
+    /// Handles the core gave, by registered name.
+    handles: BTreeMap<String, u64>,
+    named: HashMap<String, (u64, String)>,
+    findings: Vec<String>,
+    observations: Vec<String>,
+    skip: Option<String>,
+    conform_error: Option<String>,
+    closed: bool,
+    stalled: bool,
+}
+
+impl Context {
+    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+        let started = Instant::now();
+        let result = |outcome, message: String, transcript| CaseResult {
+            id: case.id.clone(),
+            title: case.title.clone(),
+            level: case.level,
+            requirements: case.requirements.clone(),
+            outcome,
+            message,
+            duration_ms: started.elapsed().as_millis() as u64,
+            transcript,
+        };
+        let config: Config = if case.config.is_null() {
+            Config::default()
+        } else {
+            match serde_json::from_value(case.config.clone()) {
+                Ok(c) => c,
+                Err(e) => return result(Outcome::Error, format!("case config: {e}"), vec![]),
+            }
+        };
+        if case.needs.iter().any(|n| n == "extension") && self.extension.is_none() {
+            return result(
+                Outcome::Skip,
+                "no extension to activate: give one with --extension PATH#SHA256".into(),
+                vec![],
+            );
+        }
+        if case.needs.iter().any(|n| n == "builtin-tier") && self.tier != Tier::Builtin {
+            return result(
+                Outcome::Skip,
+                "the case is for a builtin-tier host".into(),
+                vec![],
+            );
+        }
+        let stream = match LineStream::spawn_framed(&self.command, &[]) {
+            Ok(s) => s,
+            Err(e) => {
+                return result(
+                    Outcome::Error,
+                    format!("cannot start the host: {e}"),
+                    vec![],
+                );
+            }
+        };
+        let mut run = CaseRun {
+            ctx: self,
+            stream,
+            started,
+            transcript: vec![],
+            watch: Watch {
+                tier: Some(self.tier),
+                ..Watch::default()
+            },
+            vars: Vars::default(),
+            next_id: 0,
+            next_handle: 0,
+            handles: BTreeMap::new(),
+            named: HashMap::new(),
+            findings: vec![],
+            observations: vec![],
+            skip: None,
+            conform_error: None,
+            closed: false,
+            stalled: false,
+        };
+        run.vars.set("tier", json!(self.tier.name()));
+        run.vars.set("owner", owner());
+        if let Some(x) = &self.extension {
+            run.vars
+                .set("entry", json!({"path": x.path, "sha256": x.sha256}));
+        }
+        run.setup(config.setup).await;
+        let setup_failed = !run.findings.is_empty();
+        for kind in ["tool", "command", "hook"] {
+            if !setup_failed
+                && case.needs.iter().any(|n| n == kind)
+                && run.vars.get(&format!("{kind}_handle")).is_none()
+            {
+                run.skip = Some(format!("the extension registered no {kind}"));
+            }
+        }
+        for (i, step) in case.steps.iter().enumerate() {
+            if setup_failed || run.stalled || run.skip.is_some() || run.conform_error.is_some() {
+                break;
+            }
+            run.step(i, step).await;
+        }
+        let ended_early = run.finish().await;
+        let (outcome, message) = run.grade(case, ended_early);
+        result(outcome, message, run.transcript)
+    }
+}
+
+impl CaseRun<'_> {
+    fn log(&mut self, dir: Direction, data: &[u8]) {
+        if self.transcript.len() < 400 {
+            self.transcript.push(TranscriptEntry {
+                t_ms: self.started.elapsed().as_millis() as u64,
+                conn: "stdio".into(),
+                dir,
+                data: truncate(&String::from_utf8_lossy(data), TRANSCRIPT_ENTRY_LIMIT),
+            });
+        }
+    }
+
+    async fn write_message(&mut self, message: &Value) {
+        let payload = message.to_string().into_bytes();
+        self.log(Direction::Sent, &payload);
+        match crate::wire::frame::encode(&payload) {
+            Some(frame) => self.write_bytes(frame).await,
+            None => self.conform_error = Some("a message conform built is over MAX_FRAME".into()),
+        }
+    }
+
+    async fn write_bytes(&mut self, bytes: Vec<u8>) {
+        if let Err(e) = self.stream.send(&bytes, REQUEST_DEADLINE).await {
+            self.log(Direction::Event, e.as_bytes());
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.watch.outstanding.insert(id, method.to_owned());
+        self.write_message(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await;
+        id
+    }
+
+    async fn pump(&mut self, until: Instant, done: &(dyn Fn(&CaseRun<'_>) -> bool + Sync)) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.closed {
+                return false;
+            }
+            let Some((_, event)) = self.stream.next(until).await else {
+                return done(self);
+            };
+            match event {
+                StreamEvent::Line(payload) => {
+                    self.log(Direction::Received, &payload);
+                    if let Some((id, method, params)) = self.watch.received(&payload) {
+                        let answer = self.answer_host(&method, &params);
+                        self.write_message(&answer.with_id(id)).await;
+                    }
+                }
+                StreamEvent::Broken(why) => {
+                    // "bad magic or length ends the host instead of desynchronising it"
+                    self.watch
+                        .violate(rules::FRAME, format!("the host's output broke: {why}"));
+                    self.log(Direction::Event, why.as_bytes());
+                }
+                StreamEvent::TooLong { .. } => {}
+                StreamEvent::Closed { partial } => {
+                    self.closed = true;
+                    if !partial.is_empty() {
+                        self.watch.violate(
+                            rules::FRAME,
+                            format!(
+                                "stdout ended inside a frame ({} bytes of it)",
+                                partial.len()
+                            ),
+                        );
+                    }
+                    let status = self
+                        .stream
+                        .process
+                        .wait_for_exit(Duration::from_millis(300))
+                        .await;
+                    let what = format!(
+                        "stdout closed; the host {}",
+                        process::describe_status(status)
+                    );
+                    self.log(Direction::Event, what.as_bytes());
+                    return done(self);
+                }
+            }
+        }
+    }
+
+    /// The core's answer to a request of the host's.
+    fn answer_host(&mut self, method: &str, params: &Value) -> Answer {
+        match method {
+            "registry/register" => {
+                self.next_handle += 1;
+                let name = params
+                    .pointer("/spec/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let kind = params.get("kind").and_then(Value::as_str).unwrap_or("");
+                self.handles
+                    .insert(format!("{kind}:{name}"), self.next_handle);
+                Answer::Result(json!({"handle": self.next_handle}))
+            }
+            "registry/unregister" => Answer::Result(json!({})),
+            _ => Answer::Error(code::REFUSED, format!("conform's core serves no {method}")),
+        }
+    }
+
+    async fn answer(
+        &mut self,
+        id: u64,
+        method: &str,
+        within: Duration,
+    ) -> Option<Result<Value, Value>> {
+        self.pump(Instant::now() + within, &|r| {
+            r.watch.answers.contains_key(&id)
+        })
+        .await;
+        if let Some(a) = self.watch.answers.remove(&id) {
+            return Some(a);
+        }
+        let why = if self.closed {
+            format!(
+                "the host closed its stdout (it {})",
+                process::describe_status(self.stream.process.exit_status())
+            )
+        } else {
+            format!("nothing within {:.0}s", within.as_secs_f64())
+        };
+        self.findings
+            .push(format!("expected an answer to {method}, got {why}"));
+        self.stalled = true;
+        None
+    }
+
+    fn saw(&self, method: &str) -> Option<&Value> {
+        self.watch
+            .notifications
+            .iter()
+            .find(|(m, _)| m == method)
+            .map(|(_, p)| p)
+    }
+
+    async fn setup(&mut self, setup: Setup) {
+        if setup == Setup::None {
+            return;
+        }
+        let until = Instant::now() + self.ctx.startup;
+        if !self.pump(until, &|r| r.saw("host/hello").is_some()).await {
+            self.findings.push(format!(
+                "setup: no host/hello within {:.0}s",
+                self.ctx.startup.as_secs_f64()
+            ));
+            return;
+        }
+        let hello = self.saw("host/hello").cloned().unwrap_or(Value::Null);
+        self.vars.set("hello", hello);
+        if setup == Setup::Hello {
+            return;
+        }
+        let id = self.request("host/initialize", initialize_params()).await;
+        if self
+            .answer(id, "host/initialize", HANDSHAKE_DEADLINE)
+            .await
+            .is_none()
+        {
+            return;
+        }
+        let until = Instant::now() + REQUEST_DEADLINE;
+        if !self.pump(until, &|r| r.saw("host/ready").is_some()).await {
+            self.findings
+                .push("setup: no host/ready after host/initialize".into());
+            return;
+        }
+        if setup != Setup::Extension {
+            return;
+        }
+        let Some(x) = self.ctx.extension.clone() else {
+            return;
+        };
+        let params = json!({"owner": owner(), "plugin_name": "conform-extension",
+            "entry": {"path": x.path, "sha256": x.sha256}, "config": {}});
+        let id = self.request("ext/activate", params).await;
+        match self
+            .answer(id, "ext/activate", Duration::from_secs(11))
+            .await
+        {
+            Some(Ok(r)) if r["status"] == "ok" => {
+                // The first handle of each kind, for the cases.
+                for (key, handle) in self.handles.clone().into_iter().rev() {
+                    let kind = key.split(':').next().unwrap_or("");
+                    self.vars.set(format!("{kind}_handle"), json!(handle));
+                }
+                self.vars.set("activated", r);
+            }
+            Some(other) => self.findings.push(format!(
+                "setup: the extension did not activate: {}",
+                describe(&other)
+            )),
+            None => {}
+        }
+    }
+
+    fn expand(&mut self, v: &Value) -> Option<Value> {
+        match matcher::expand(v, &self.vars) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.conform_error = Some(e.to_string());
+                None
+            }
+        }
+    }
+
+    fn deadline(step: &Step, default: Duration) -> Duration {
+        step.deadline
+            .map(Duration::from_secs_f64)
+            .unwrap_or(default)
+    }
+
+    async fn step(&mut self, index: usize, step: &Step) {
+        if let Some(hex) = &step.raw_hex {
+            let bytes = crate::protocols::acp::steps::hex_bytes(hex).unwrap_or_default();
+            self.log(Direction::Sent, &bytes);
+            self.write_bytes(bytes).await;
+            return;
+        }
+        if let Some(send) = &step.send {
+            let Some(params) = self.expand(&send.params) else {
+                return;
+            };
+            if send.notification {
+                // A call that already finished cannot be cancelled.
+                if send.method == "$/cancel"
+                    && let Some(target) = params.get("id").and_then(Value::as_u64)
+                    && self.watch.answers.contains_key(&target)
+                {
+                    self.skip = Some(format!(
+                        "request {target} was answered before conform could cancel it"
+                    ));
+                    return;
+                }
+                self.write_message(
+                    &json!({"jsonrpc": "2.0", "method": send.method, "params": params}),
+                )
+                .await;
+                return;
+            }
+            let id = self.request(&send.method, params).await;
+            if let Some(name) = &step.name {
+                self.named.insert(name.clone(), (id, send.method.clone()));
+                self.vars.set(format!("{name}_id"), json!(id));
+            }
+            if step.wait {
+                self.judge_answer(step, id, &send.method).await;
+            }
+            return;
+        }
+        if let Some(name) = &step.await_name {
+            let Some((id, method)) = self.named.get(name).cloned() else {
+                self.conform_error = Some(format!("step {index}: no request named `{name}`"));
+                return;
+            };
+            self.judge_answer(step, id, &method).await;
+            return;
+        }
+        if let Some(method) = &step.wait_for {
+            let m = method.clone();
+            let within = Self::deadline(step, REQUEST_DEADLINE);
+            if !self
+                .pump(Instant::now() + within, &|r| r.saw(&m).is_some())
+                .await
+            {
+                self.findings.push(format!(
+                    "the host sent no {method} within {:.0}s",
+                    within.as_secs_f64()
+                ));
+                return;
+            }
+            // A pattern in `expect.result` is matched against its params.
+            let params = self.saw(method).cloned().unwrap_or(Value::Null);
+            if let Some(p) = step.expect.as_ref().and_then(|e| e.result.clone())
+                && let Some(p) = self.expand(&p)
+            {
+                let mut errors = Vec::new();
+                matcher::match_value(&p, Some(&params), "params", &mut self.vars, &mut errors);
+                self.findings
+                    .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+            }
+            return;
+        }
+        if let Some(secs) = step.quiet {
+            self.pump(Instant::now() + Duration::from_secs_f64(secs), &|_| false)
+                .await;
+            return;
+        }
+        if step.probe {
+            let id = self.request("host/ping", json!({})).await;
+            if self
+                .answer(id, "a probe (host/ping)", REQUEST_DEADLINE)
+                .await
+                .is_some()
+            {
+                self.observations
+                    .push("the host still answers host/ping".into());
+            }
+            return;
+        }
+        if let Some(secs) = step.exits_within {
+            let within = Duration::from_secs_f64(secs);
+            self.pump(Instant::now() + within, &|r| r.closed).await;
+            let status = self.stream.process.wait_for_exit(within).await;
+            match status {
+                Some(s) => self
+                    .observations
+                    .push(format!("the host {}", process::describe_status(Some(s)))),
+                None => self.findings.push(format!(
+                    "the host was still running {:.0}s later",
+                    within.as_secs_f64()
+                )),
+            }
+            return;
+        }
+        if step.close_stdin {
+            self.stream.close_stdin();
+            self.log(Direction::Event, b"conform closed the host's stdin");
+            let within = Self::deadline(step, Duration::from_secs(5));
+            self.pump(Instant::now() + within, &|r| r.closed).await;
+            let status = self.stream.process.wait_for_exit(within).await;
+            self.observations.push(format!(
+                "after its stdin closed the host {}",
+                process::describe_status(status)
+            ));
+            if step.expect.as_ref().and_then(|e| e.exit) == Some(true) && status.is_none() {
+                self.findings.push(format!(
+                    "the host was still running {:.0}s after its stdin closed",
+                    within.as_secs_f64()
+                ));
+            }
+        }
+    }
+
+    async fn judge_answer(&mut self, step: &Step, id: u64, method: &str) {
+        let rule = step
+            .expect
+            .as_ref()
+            .map(Expect::rule)
+            .unwrap_or(AnswerRule::Any);
+        let within = Self::deadline(step, REQUEST_DEADLINE);
+        if rule == AnswerRule::None {
+            let got = self
+                .pump(Instant::now() + within, &|r| {
+                    r.watch.answers.contains_key(&id)
+                })
+                .await;
+            if got {
+                let a = self.watch.answers.remove(&id).expect("present");
+                self.findings.push(format!(
+                    "{method}: expected no answer, got {}",
+                    describe(&a)
+                ));
+            }
+            return;
+        }
+        let Some(answer) = self.answer(id, method, within).await else {
+            return;
+        };
+        let Some(expect) = &step.expect else {
+            self.observations
+                .push(format!("{method}: {}", describe(&answer)));
+            return;
+        };
+        let mut errors = Vec::new();
+        match (&answer, rule) {
+            (Err(e), AnswerRule::Result) => {
+                errors.push(format!("expected a result, got the error {e}"))
+            }
+            (Ok(r), AnswerRule::Error) => errors.push(format!(
+                "expected an error, got the result {}",
+                matcher::brief(r)
+            )),
+            _ => {}
+        }
+        if errors.is_empty() {
+            let (pattern, value, path) = match &answer {
+                Ok(r) => (&expect.result, r, "result"),
+                Err(e) => (&expect.error, e, "error"),
+            };
+            if let Some(p) = pattern
+                && let Some(p) = self.expand(p)
+            {
+                matcher::match_value(&p, Some(value), path, &mut self.vars, &mut errors);
+            }
+        }
+        for check in &expect.checks {
+            match (check, &answer) {
+                (NamedCheck::ResultShape, Ok(r)) => {
+                    errors.extend(validate::result_violation(method, r))
+                }
+                (NamedCheck::ResultShape, Err(_)) => {}
+            }
+        }
+        if errors.is_empty() {
+            self.observations
+                .push(format!("{method}: {}", describe(&answer)));
+        }
+        self.findings
+            .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+    }
+
+    /// Ends the host; says whether it ended before conform ended it.
+    async fn finish(&mut self) -> bool {
+        if !self.closed {
+            self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
+                .await;
+        }
+        let early = self.closed || self.stream.process.exit_status().is_some();
+        self.stream.close_stdin();
+        let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
+        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
+        early
+    }
+
+    fn grade(&mut self, case: &Case<Step>, ended_early: bool) -> (Outcome, String) {
+        if let Some(e) = &self.conform_error {
+            return (Outcome::Error, e.clone());
+        }
+        let strict = self.ctx.strict;
+        let mut outcome = if !self.findings.is_empty() {
+            Outcome::grade(case.level, true, strict)
+        } else if self.skip.is_some() {
+            Outcome::Skip
+        } else {
+            Outcome::grade(case.level, false, strict)
+        };
+        let mut lines = self.findings.clone();
+        for (rule, message) in &self.watch.violations {
+            let level = self
+                .ctx
+                .catalogue
+                .get(rule)
+                .map(|r| r.level)
+                .unwrap_or(Level::Must);
+            let graded = Outcome::grade(level, true, strict);
+            if rank(graded) > rank(outcome) {
+                outcome = graded;
+            }
+            lines.push(format!("[{} {rule}] {message}", level.as_str()));
+        }
+        let message = match outcome {
+            Outcome::Pass => String::new(),
+            Outcome::Skip => self.skip.clone().unwrap_or_default(),
+            Outcome::Info if lines.is_empty() => self.observations.join("; "),
+            _ => {
+                if ended_early {
+                    let stderr = self.stream.process.stderr_tail();
+                    if !stderr.trim().is_empty() {
+                        lines.push(format!(
+                            "the host's stderr:\n{}",
+                            truncate(stderr.trim_end(), 2000)
+                        ));
+                    }
+                }
+                lines.join("\n")
+            }
+        };
+        (outcome, message)
+    }
+}
+
+fn rank(o: Outcome) -> u8 {
+    match o {
+        Outcome::Pass | Outcome::Skip => 0,
+        Outcome::Info => 1,
+        Outcome::Warn => 2,
+        Outcome::Fail => 3,
+        Outcome::Error => 4,
+    }
+}
+
+fn describe(a: &Result<Value, Value>) -> String {
+    match a {
+        Ok(r) => format!("result {}", matcher::brief(r)),
+        Err(e) => format!("error {}", matcher::brief(e)),
+    }
+}
+
+/// The core's answer to a host request.
+enum Answer {
+    Result(Value),
+    Error(i64, String),
+}
+
+impl Answer {
+    fn with_id(&self, id: u64) -> Value {
+        match self {
+            Answer::Result(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
+            Answer::Error(c, m) => {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": c, "message": m}})
+            }
+        }
+    }
+}
