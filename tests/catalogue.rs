@@ -243,3 +243,69 @@ mod acp {
         );
     }
 }
+
+mod cwx {
+    use conform::protocols::cwx;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn every_host_must_has_a_case_or_says_why_not() {
+        let catalogue = cwx::catalogue();
+        let cases = cwx::load_cases(&[]).expect("the corpus loads");
+        let covered: BTreeSet<&str> = cases
+            .iter()
+            .flat_map(|c| c.requirements.iter().map(String::as_str))
+            .collect();
+        let mut missing = Vec::new();
+        for r in &catalogue.requirements {
+            let has = covered.contains(r.id.as_str());
+            if r.role == "host"
+                && r.level == conform::case::Level::Must
+                && !has
+                && r.no_case.is_none()
+            {
+                missing.push(r.id.clone());
+            }
+            assert!(
+                !(has && r.no_case.is_some()),
+                "{} says it has no case but has one",
+                r.id
+            );
+        }
+        assert!(
+            missing.is_empty(),
+            "host MUSTs with no case and no reason: {missing:?}"
+        );
+        for rule in cwx::driver::rules::ALL {
+            assert!(
+                catalogue.get(rule).is_some(),
+                "the driver checks {rule}, which is not catalogued"
+            );
+        }
+        let mut seen = BTreeSet::new();
+        for c in &cases {
+            assert!(seen.insert(c.id.clone()), "duplicate case {}", c.id);
+            assert!(c.id.starts_with("cwx/"), "{}", c.id);
+        }
+    }
+
+    #[test]
+    fn every_quote_is_in_the_seed() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/specs/cwx/protocol.rs.txt"
+        );
+        let Ok(src) = std::fs::read_to_string(path) else {
+            eprintln!("skipped: ../shared/specs is not beside this checkout");
+            return;
+        };
+        let src = super::fold(&src);
+        let absent: Vec<String> = cwx::catalogue()
+            .requirements
+            .iter()
+            .filter(|r| !src.contains(&super::fold(&r.quote)))
+            .map(|r| r.id.clone())
+            .collect();
+        assert!(absent.is_empty(), "quotes not in the seed: {absent:?}");
+    }
+}

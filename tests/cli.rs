@@ -81,7 +81,7 @@ fn a_role_or_protocol_without_a_suite_yet_is_exit_2() {
     for args in [
         ["--protocol", "agent-socket", "--role", "client"],
         ["--protocol", "acp", "--role", "client"],
-        ["--protocol", "cwx", "--role", "host"],
+        ["--protocol", "cwx", "--role", "core"],
         ["--protocol", "agent-socket", "--role", "nope"],
     ] {
         let out = conform().arg("run").args(args).output().unwrap();
@@ -275,4 +275,31 @@ fn every_acp_agent_process_and_its_children_are_gone_after_the_run() {
     );
     let left = processes_with(&format!("{marker}=1"));
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_cwx_host_that_cannot_start_is_exit_2_and_list_works() {
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "cwx",
+            "--target",
+            "exec:echo no host here >&2; exit 4",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no host here"));
+    let out = conform()
+        .args(["run", "--protocol", "cwx", "--tier", "middle"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a tier that does not exist");
+    let out = conform()
+        .args(["list", "--protocol", "cwx"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cwx/handshake/hello"));
 }

@@ -82,6 +82,38 @@ pub struct RunOptions {
     pub startup_timeout: Duration,
 }
 
+/// Starts the host once: one that cannot be started, or ends without
+/// writing a byte, is the target's failure to start (exit 2), not a case
+/// failure. Anything it writes, even garbage, lets the cases say what is wrong.
+async fn preflight(command: &str, startup: Duration) -> Result<(), RunError> {
+    use crate::transport::process;
+    use crate::transport::stdio::{LineStream, StreamEvent};
+    let mut stream = LineStream::spawn_framed(command, &[])
+        .map_err(|e| RunError::Target(format!("cannot start `{command}`: {e}")))?;
+    let first = stream.next(tokio::time::Instant::now() + startup).await;
+    let silent_end =
+        matches!(&first, Some((_, StreamEvent::Closed { partial })) if partial.is_empty());
+    let status = stream
+        .process
+        .wait_for_exit(Duration::from_millis(200))
+        .await;
+    stream.close_stdin();
+    let _ = stream.process.shutdown(process::TERM_GRACE).await;
+    if silent_end || (first.is_none() && status.is_some()) {
+        let stderr = stream.process.stderr_tail();
+        return Err(RunError::Target(format!(
+            "the host {} without writing anything{}",
+            process::describe_status(status),
+            if stderr.trim().is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr:\n{}", stderr.trim_end())
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// The command line that starts one host for `target`.
 fn command_for(target: &Target, tier: Tier) -> Result<String, RunError> {
     match target {
@@ -108,6 +140,7 @@ pub async fn run(
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let command = command_for(&options.target, options.tier)?;
+    preflight(&command, options.startup_timeout).await?;
     let extension = match (&options.target, &options.extension) {
         (_, Some(x)) => Some(x.clone()),
         (Target::Builtin, None) => Some(driver::Extension {
