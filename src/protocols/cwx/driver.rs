@@ -229,7 +229,8 @@ impl Context {
                 .set("entry", json!({"path": x.path, "sha256": x.sha256}));
         }
         run.setup(config.setup).await;
-        let setup_failed = !run.findings.is_empty();
+        let setup_failed =
+            !run.findings.is_empty() || run.stalled || !run.watch.violations.is_empty();
         for kind in ["tool", "command", "hook"] {
             if !setup_failed
                 && case.needs.iter().any(|n| n == kind)
@@ -239,7 +240,12 @@ impl Context {
             }
         }
         for (i, step) in case.steps.iter().enumerate() {
-            if setup_failed || run.stalled || run.skip.is_some() || run.conform_error.is_some() {
+            if setup_failed
+                || run.stalled
+                || run.skip.is_some()
+                || run.conform_error.is_some()
+                || !run.watch.violations.is_empty()
+            {
                 break;
             }
             run.step(i, step).await;
@@ -293,7 +299,9 @@ impl CaseRun<'_> {
             if done(self) {
                 return true;
             }
-            if self.closed {
+            // Like the core, conform ends the exchange at the host's first
+            // protocol error: nothing after it is read.
+            if self.closed || !self.watch.violations.is_empty() {
                 return false;
             }
             let Some((_, event)) = self.stream.next(until).await else {
@@ -373,7 +381,9 @@ impl CaseRun<'_> {
         if let Some(a) = self.watch.answers.remove(&id) {
             return Some(a);
         }
-        let why = if self.closed {
+        let why = if !self.watch.violations.is_empty() {
+            "none: the exchange ended at the host's protocol error".to_owned()
+        } else if self.closed {
             format!(
                 "the host closed its stdout (it {})",
                 process::describe_status(self.stream.process.exit_status())
@@ -401,10 +411,13 @@ impl CaseRun<'_> {
         }
         let until = Instant::now() + self.ctx.startup;
         if !self.pump(until, &|r| r.saw("host/hello").is_some()).await {
-            self.findings.push(format!(
-                "setup: no host/hello within {:.0}s",
-                self.ctx.startup.as_secs_f64()
-            ));
+            if self.watch.violations.is_empty() {
+                self.findings.push(format!(
+                    "setup: no host/hello within {:.0}s",
+                    self.ctx.startup.as_secs_f64()
+                ));
+            }
+            self.stalled = true;
             return;
         }
         let hello = self.saw("host/hello").cloned().unwrap_or(Value::Null);
@@ -422,8 +435,11 @@ impl CaseRun<'_> {
         }
         let until = Instant::now() + REQUEST_DEADLINE;
         if !self.pump(until, &|r| r.saw("host/ready").is_some()).await {
-            self.findings
-                .push("setup: no host/ready after host/initialize".into());
+            if self.watch.violations.is_empty() {
+                self.findings
+                    .push("setup: no host/ready after host/initialize".into());
+            }
+            self.stalled = true;
             return;
         }
         if setup != Setup::Extension {

@@ -664,3 +664,47 @@ pub fn result_violation(method: &str, result: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+
+    /// serde's `deny_unknown_fields` on an internally tagged enum refuses an
+    /// extra field in a struct variant, but a unit variant (`abstain`) reads
+    /// any map: the seed's own type admits `{"kind":"abstain","why":"x"}`, so
+    /// conform does too.
+    #[test]
+    fn hook_verdicts_read_as_the_seed_reads_them() {
+        assert_eq!(
+            result_violation("hook/evaluate", &json!({"kind": "abstain"})),
+            None
+        );
+        assert_eq!(
+            result_violation("hook/evaluate", &json!({"kind": "abstain", "why": "x"})),
+            None
+        );
+        assert!(
+            result_violation(
+                "hook/evaluate",
+                &json!({"kind": "deny", "reason": "r", "why": "x"})
+            )
+            .is_some()
+        );
+        assert!(result_violation("hook/evaluate", &json!({"kind": "maybe"})).is_some());
+    }
+
+    #[test]
+    fn tool_and_command_results_need_their_shapes() {
+        let ok = json!({"content": [{"type": "text", "text": "t"}], "is_error": false});
+        assert_eq!(result_violation("tool/call", &ok), None);
+        assert!(
+            result_violation("tool/call", &json!({"content": "t", "is_error": false})).is_some()
+        );
+        assert_eq!(
+            result_violation("command/run", &json!({"kind": "success"})),
+            None
+        );
+        assert!(result_violation("command/run", &json!({"kind": "ok"})).is_some());
+        assert!(result_violation("ext/deactivate", &json!({"disposed": "yes"})).is_some());
+    }
+}
