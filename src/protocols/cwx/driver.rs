@@ -683,7 +683,11 @@ impl CaseRun<'_> {
             self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
                 .await;
         }
-        let early = self.closed || self.stream.process.exit_status().is_some();
+        // After a protocol error the exchange is over, and whether the host
+        // has exited yet is a race: its stderr is shown only when it ended
+        // by itself before that.
+        let early = (self.closed || self.stream.process.exit_status().is_some())
+            && self.watch.violations.is_empty();
         self.stream.close_stdin();
         let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
