@@ -58,6 +58,14 @@ pub enum ReplyKind {
     Empty,
 }
 
+/// A result or an error object, briefly, for a report.
+pub fn describe_answer(answer: &Result<Value, Value>) -> String {
+    match answer {
+        Ok(r) => format!("result {}", crate::matcher::brief(r)),
+        Err(e) => format!("error {}", crate::matcher::brief(e)),
+    }
+}
+
 /// A reply line parsed as JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {

@@ -32,6 +32,17 @@ impl Outcome {
         }
     }
 
+    /// How bad an outcome is, to keep the worst of several findings.
+    pub fn severity(self) -> u8 {
+        match self {
+            Outcome::Pass | Outcome::Skip => 0,
+            Outcome::Info => 1,
+            Outcome::Warn => 2,
+            Outcome::Fail => 3,
+            Outcome::Error => 4,
+        }
+    }
+
     /// The grade of a case at `level` whose checks found `broken` (or not).
     pub fn grade(level: Level, broken: bool, strict: bool) -> Outcome {
         match (level, broken) {

@@ -585,7 +585,7 @@ impl CaseRun<'_> {
             return;
         }
         if let Some(hex) = &step.raw_hex {
-            let bytes = super::steps::hex_bytes(hex).unwrap_or_default();
+            let bytes = crate::case::hex_bytes(hex).unwrap_or_default();
             self.monitor.sent_malformed();
             if let Some(name) = &step.name {
                 self.named
@@ -821,8 +821,10 @@ impl CaseRun<'_> {
         updates_before: usize,
     ) {
         let Some(expect) = expect else {
-            self.observations
-                .push(format!("{method}: {}", describe(answer)));
+            self.observations.push(format!(
+                "{method}: {}",
+                crate::jsonrpc::describe_answer(answer)
+            ));
             return;
         };
         let rule = expect.rule();
@@ -920,8 +922,10 @@ impl CaseRun<'_> {
             errors.extend(self.named_check(*check, answer, &updates));
         }
         if errors.is_empty() {
-            self.observations
-                .push(format!("{method}: {}", describe(answer)));
+            self.observations.push(format!(
+                "{method}: {}",
+                crate::jsonrpc::describe_answer(answer)
+            ));
         }
         self.findings
             .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
@@ -1119,7 +1123,7 @@ impl CaseRun<'_> {
                 .map(|r| r.level)
                 .unwrap_or(Level::Must);
             let graded = Outcome::grade(level, true, strict);
-            if severity(graded) > severity(outcome) {
+            if graded.severity() > outcome.severity() {
                 outcome = graded;
             }
             lines.push(format!(
@@ -1150,23 +1154,6 @@ impl CaseRun<'_> {
             }
         };
         (outcome, message)
-    }
-}
-
-fn severity(o: Outcome) -> u8 {
-    match o {
-        Outcome::Pass | Outcome::Skip => 0,
-        Outcome::Info => 1,
-        Outcome::Warn => 2,
-        Outcome::Fail => 3,
-        Outcome::Error => 4,
-    }
-}
-
-fn describe(answer: &Result<Value, Value>) -> String {
-    match answer {
-        Ok(r) => format!("result {}", matcher::brief(r)),
-        Err(e) => format!("error {}", matcher::brief(e)),
     }
 }
 

@@ -293,7 +293,7 @@ impl Step {
             return Err("`wait` goes with a request (send or prompt)".into());
         }
         if let Some(h) = &self.raw_hex
-            && hex_bytes(h).is_none()
+            && crate::case::hex_bytes(h).is_none()
         {
             return Err("rawHex is pairs of hex digits, spaces allowed".into());
         }
@@ -329,16 +329,4 @@ impl Step {
         }
         Ok(())
     }
-}
-
-/// The bytes of a `rawHex` string: pairs of hex digits, spaces ignored.
-pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
-    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
-        return None;
-    }
-    digits
-        .chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
-        .collect()
 }

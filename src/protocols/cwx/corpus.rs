@@ -66,8 +66,7 @@ pub fn judge(entry: &Entry) -> Result<(), String> {
     match (&entry.message, &entry.frame_hex) {
         (Some(m), None) => read(m.clone()),
         (None, Some(hex)) => {
-            let bytes =
-                crate::protocols::acp::steps::hex_bytes(hex).ok_or("frame_hex is not hex")?;
+            let bytes = crate::case::hex_bytes(hex).ok_or("frame_hex is not hex")?;
             // Each frame is read, then handled, before the next one is read.
             read_frames(&bytes, &mut |payload| {
                 let v: Value = serde_json::from_slice(payload)

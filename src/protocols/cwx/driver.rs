@@ -465,7 +465,7 @@ impl CaseRun<'_> {
             }
             Some(other) => self.findings.push(format!(
                 "setup: the extension did not activate: {}",
-                describe(&other)
+                crate::jsonrpc::describe_answer(&other)
             )),
             None => {}
         }
@@ -489,7 +489,7 @@ impl CaseRun<'_> {
 
     async fn step(&mut self, index: usize, step: &Step) {
         if let Some(hex) = &step.raw_hex {
-            let bytes = crate::protocols::acp::steps::hex_bytes(hex).unwrap_or_default();
+            let bytes = crate::case::hex_bytes(hex).unwrap_or_default();
             self.log(Direction::Sent, &bytes);
             self.write_bytes(bytes).await;
             return;
@@ -626,7 +626,7 @@ impl CaseRun<'_> {
                 let a = self.watch.answers.remove(&id).expect("present");
                 self.findings.push(format!(
                     "{method}: expected no answer, got {}",
-                    describe(&a)
+                    crate::jsonrpc::describe_answer(&a)
                 ));
             }
             return;
@@ -635,8 +635,10 @@ impl CaseRun<'_> {
             return;
         };
         let Some(expect) = &step.expect else {
-            self.observations
-                .push(format!("{method}: {}", describe(&answer)));
+            self.observations.push(format!(
+                "{method}: {}",
+                crate::jsonrpc::describe_answer(&answer)
+            ));
             return;
         };
         let mut errors = Vec::new();
@@ -670,8 +672,10 @@ impl CaseRun<'_> {
             }
         }
         if errors.is_empty() {
-            self.observations
-                .push(format!("{method}: {}", describe(&answer)));
+            self.observations.push(format!(
+                "{method}: {}",
+                crate::jsonrpc::describe_answer(&answer)
+            ));
         }
         self.findings
             .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
@@ -715,7 +719,7 @@ impl CaseRun<'_> {
                 .map(|r| r.level)
                 .unwrap_or(Level::Must);
             let graded = Outcome::grade(level, true, strict);
-            if rank(graded) > rank(outcome) {
+            if graded.severity() > outcome.severity() {
                 outcome = graded;
             }
             lines.push(format!("[{} {rule}] {message}", level.as_str()));
@@ -738,23 +742,6 @@ impl CaseRun<'_> {
             }
         };
         (outcome, message)
-    }
-}
-
-fn rank(o: Outcome) -> u8 {
-    match o {
-        Outcome::Pass | Outcome::Skip => 0,
-        Outcome::Info => 1,
-        Outcome::Warn => 2,
-        Outcome::Fail => 3,
-        Outcome::Error => 4,
-    }
-}
-
-fn describe(a: &Result<Value, Value>) -> String {
-    match a {
-        Ok(r) => format!("result {}", matcher::brief(r)),
-        Err(e) => format!("error {}", matcher::brief(e)),
     }
 }
 

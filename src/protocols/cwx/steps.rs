@@ -145,7 +145,7 @@ impl Step {
             return Err("a step with `wait: false` needs an `as` name".into());
         }
         if let Some(h) = &self.raw_hex
-            && crate::protocols::acp::steps::hex_bytes(h).is_none()
+            && crate::case::hex_bytes(h).is_none()
         {
             return Err("rawHex is pairs of hex digits".into());
         }
