@@ -134,6 +134,49 @@ pub fn parse_cases<S: DeserializeOwned>(
     Ok(cases)
 }
 
+/// A step type that can say, at load, whether it is well formed.
+pub trait CheckedStep {
+    fn check(&self) -> Result<(), String>;
+}
+
+/// A protocol's embedded cases under `corpus/<dir>/` plus the `extra` files
+/// (`--case`), each case checked: its steps and `finally` steps, its
+/// requirements known to `catalogue`, and `check` for what the protocol adds.
+pub fn load_corpus<S: DeserializeOwned + CheckedStep>(
+    dir: &str,
+    catalogue: &crate::requirements::Catalogue,
+    extra: &[(String, String)],
+    check: &dyn Fn(&Case<S>) -> Result<(), String>,
+) -> Result<Vec<Case<S>>, CaseFileError> {
+    let checked = |origin: &str, text: &str| -> Result<Vec<Case<S>>, CaseFileError> {
+        let invalid = |message: String| CaseFileError::Invalid {
+            path: origin.into(),
+            message,
+        };
+        let cases: Vec<Case<S>> = parse_cases(origin, text)?;
+        for c in &cases {
+            for (i, s) in c.steps.iter().chain(&c.finally).enumerate() {
+                s.check()
+                    .map_err(|m| invalid(format!("case {} step {i}: {m}", c.id)))?;
+            }
+            if let Some(r) = c.requirements.iter().find(|r| catalogue.get(r).is_none()) {
+                return Err(invalid(format!("case {}: unknown requirement {r}", c.id)));
+            }
+            check(c).map_err(|m| invalid(format!("case {}: {m}", c.id)))?;
+        }
+        Ok(cases)
+    };
+    let mut base = Vec::new();
+    for (path, text) in crate::corpus::files_under(dir) {
+        base.extend(checked(&format!("corpus/{path}"), text)?);
+    }
+    let mut over = Vec::new();
+    for (path, text) in extra {
+        over.extend(checked(path, text)?);
+    }
+    Ok(merge(base, over))
+}
+
 /// Reads `--case` paths: files, or directories searched for `*.json`.
 pub fn read_case_paths(paths: &[PathBuf]) -> Result<Vec<(String, String)>, CaseFileError> {
     let mut out = Vec::new();

@@ -5,8 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 #[test]
 fn every_server_must_has_a_case_or_says_why_not() {
-    let catalogue = agent_socket::catalogue();
     let cases = agent_socket::load_cases(&[]).expect("the corpus loads");
+    assert_musts_covered(&agent_socket::catalogue(), &cases, "server");
+}
+
+/// Every MUST of `role` has a case or a `no_case` reason, and no
+/// requirement with a case says it has none.
+fn assert_musts_covered<S>(
+    catalogue: &conform::requirements::Catalogue,
+    cases: &[conform::case::Case<S>],
+    role: &str,
+) {
     let covered: BTreeSet<&str> = cases
         .iter()
         .flat_map(|c| c.requirements.iter().map(String::as_str))
@@ -15,7 +24,7 @@ fn every_server_must_has_a_case_or_says_why_not() {
     let mut stale = Vec::new();
     for r in &catalogue.requirements {
         let has_case = covered.contains(r.id.as_str());
-        if r.role == "server"
+        if r.role == role
             && r.level == conform::case::Level::Must
             && !has_case
             && r.no_case.is_none()
@@ -28,7 +37,7 @@ fn every_server_must_has_a_case_or_says_why_not() {
     }
     assert!(
         missing.is_empty(),
-        "MUST requirements with no case and no reason: {missing:?}"
+        "{role} MUSTs with no case and no reason: {missing:?}"
     );
     assert!(
         stale.is_empty(),
@@ -104,35 +113,8 @@ mod acp {
 
     #[test]
     fn every_agent_must_has_a_case_or_says_why_not() {
-        let catalogue = acp::catalogue();
         let cases = acp::load_cases(&[]).expect("the corpus loads");
-        let covered: BTreeSet<&str> = cases
-            .iter()
-            .flat_map(|c| c.requirements.iter().map(String::as_str))
-            .collect();
-        let mut missing = Vec::new();
-        let mut stale = Vec::new();
-        for r in &catalogue.requirements {
-            let has_case = covered.contains(r.id.as_str());
-            if r.role == "agent"
-                && r.level == conform::case::Level::Must
-                && !has_case
-                && r.no_case.is_none()
-            {
-                missing.push(r.id.clone());
-            }
-            if has_case && r.no_case.is_some() {
-                stale.push(r.id.clone());
-            }
-        }
-        assert!(
-            missing.is_empty(),
-            "agent MUSTs with no case and no reason: {missing:?}"
-        );
-        assert!(
-            stale.is_empty(),
-            "requirements that say they have no case but do: {stale:?}"
-        );
+        super::assert_musts_covered(&acp::catalogue(), &cases, "agent");
     }
 
     #[test]
@@ -252,30 +234,7 @@ mod cwx {
     fn every_host_must_has_a_case_or_says_why_not() {
         let catalogue = cwx::catalogue();
         let cases = cwx::load_cases(&[]).expect("the corpus loads");
-        let covered: BTreeSet<&str> = cases
-            .iter()
-            .flat_map(|c| c.requirements.iter().map(String::as_str))
-            .collect();
-        let mut missing = Vec::new();
-        for r in &catalogue.requirements {
-            let has = covered.contains(r.id.as_str());
-            if r.role == "host"
-                && r.level == conform::case::Level::Must
-                && !has
-                && r.no_case.is_none()
-            {
-                missing.push(r.id.clone());
-            }
-            assert!(
-                !(has && r.no_case.is_some()),
-                "{} says it has no case but has one",
-                r.id
-            );
-        }
-        assert!(
-            missing.is_empty(),
-            "host MUSTs with no case and no reason: {missing:?}"
-        );
+        super::assert_musts_covered(&catalogue, &cases, "host");
         for rule in cwx::driver::rules::ALL {
             assert!(
                 catalogue.get(rule).is_some(),

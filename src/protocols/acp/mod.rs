@@ -29,50 +29,22 @@ pub fn catalogue() -> Catalogue {
 
 /// The embedded cases plus `extra` files, checked.
 pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
-    let catalogue = catalogue();
-    let mut base = Vec::new();
-    for (path, text) in crate::corpus::files_under("acp/cases") {
-        base.extend(checked(&catalogue, &format!("corpus/{path}"), text)?);
-    }
-    let mut over = Vec::new();
-    for (path, text) in extra {
-        over.extend(checked(&catalogue, path, text)?);
-    }
-    Ok(case::merge(base, over))
-}
-
-fn checked(
-    catalogue: &Catalogue,
-    origin: &str,
-    text: &str,
-) -> Result<Vec<Case<Step>>, CaseFileError> {
-    let invalid = |message: String| CaseFileError::Invalid {
-        path: origin.into(),
-        message,
-    };
-    let cases: Vec<Case<Step>> = case::parse_cases(origin, text)?;
-    for c in &cases {
-        for (i, s) in c.steps.iter().chain(&c.finally).enumerate() {
-            s.validate()
-                .map_err(|m| invalid(format!("case {} step {i}: {m}", c.id)))?;
-        }
-        for r in &c.requirements {
-            if catalogue.get(r).is_none() {
-                return Err(invalid(format!("case {}: unknown requirement {r}", c.id)));
-            }
-        }
+    case::load_corpus("acp/cases", &catalogue(), extra, &|c: &Case<Step>| {
         if !c.config.is_null() {
             serde_json::from_value::<steps::Config>(c.config.clone())
-                .map_err(|e| invalid(format!("case {}: config: {e}", c.id)))?;
+                .map_err(|e| format!("config: {e}"))?;
         }
         if c.for_each.is_some() || !c.finally.is_empty() {
-            return Err(invalid(format!(
-                "case {}: acp cases take no for_each or finally",
-                c.id
-            )));
+            return Err("acp cases take no for_each or finally".into());
         }
+        Ok(())
+    })
+}
+
+impl case::CheckedStep for Step {
+    fn check(&self) -> Result<(), String> {
+        self.validate()
     }
-    Ok(cases)
 }
 
 /// A fresh workspace: the `cwd` of a case's sessions, with the files the

@@ -30,55 +30,23 @@ pub fn catalogue() -> Catalogue {
 
 /// The embedded cases plus `extra` files, checked.
 pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
-    let catalogue = catalogue();
-    let mut base = Vec::new();
-    for (path, text) in crate::corpus::files_under("agent-socket/cases") {
-        base.extend(checked(&catalogue, &format!("corpus/{path}"), text)?);
-    }
-    let mut over = Vec::new();
-    for (path, text) in extra {
-        over.extend(checked(&catalogue, path, text)?);
-    }
-    Ok(case::merge(base, over))
+    case::load_corpus("agent-socket/cases", &catalogue(), extra, &|c: &Case<
+        Step,
+    >| {
+        if !c.config.is_null() {
+            return Err("agent-socket cases take no `config`".into());
+        }
+        match c.for_each.as_deref() {
+            None | Some("tool") => Ok(()),
+            Some(_) => Err("for_each is `tool` or nothing".into()),
+        }
+    })
 }
 
-fn checked(
-    catalogue: &Catalogue,
-    origin: &str,
-    text: &str,
-) -> Result<Vec<Case<Step>>, CaseFileError> {
-    let cases: Vec<Case<Step>> = case::parse_cases(origin, text)?;
-    for c in &cases {
-        for (i, s) in c.steps.iter().chain(&c.finally).enumerate() {
-            s.validate().map_err(|m| CaseFileError::Invalid {
-                path: origin.into(),
-                message: format!("case {} step {i}: {m}", c.id),
-            })?;
-        }
-        for r in &c.requirements {
-            if catalogue.get(r).is_none() {
-                return Err(CaseFileError::Invalid {
-                    path: origin.into(),
-                    message: format!("case {}: unknown requirement {r}", c.id),
-                });
-            }
-        }
-        if !c.config.is_null() {
-            return Err(CaseFileError::Invalid {
-                path: origin.into(),
-                message: format!("case {}: agent-socket cases take no `config`", c.id),
-            });
-        }
-        if let Some(each) = &c.for_each
-            && each != "tool"
-        {
-            return Err(CaseFileError::Invalid {
-                path: origin.into(),
-                message: format!("case {}: for_each is `tool` or nothing", c.id),
-            });
-        }
+impl case::CheckedStep for Step {
+    fn check(&self) -> Result<(), String> {
+        self.validate()
     }
-    Ok(cases)
 }
 
 /// How a run is set up.
