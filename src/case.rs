@@ -79,6 +79,39 @@ pub struct Case<S> {
     pub origin: String,
 }
 
+/// A pause in the middle of bytes conform writes: after byte `at`, wait
+/// `ms` milliseconds (a message split over several writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pause {
+    pub at: usize,
+    pub ms: u64,
+}
+
+/// `len` bytes cut at the pauses: each piece, then how long to wait after it.
+pub fn paced(len: usize, pauses: &[Pause]) -> Vec<(std::ops::Range<usize>, u64)> {
+    let mut out = Vec::with_capacity(pauses.len() + 1);
+    let mut from = 0;
+    for p in pauses {
+        let at = p.at.clamp(from, len);
+        out.push((from..at, p.ms));
+        from = at;
+    }
+    out.push((from..len, 0));
+    out
+}
+
+/// Checks a step's pauses: few, short, and only on a step that writes.
+pub fn check_pauses(pauses: &[Pause], writes: bool) -> Result<(), String> {
+    if !pauses.is_empty() && !writes {
+        return Err("`pauses` go with a step that writes bytes".into());
+    }
+    if pauses.len() > 64 || pauses.iter().any(|p| p.ms > 60_000) {
+        return Err("at most 64 pauses of at most 60 s each".into());
+    }
+    Ok(())
+}
+
 /// A case file that could not be used: the user's (or the corpus's) fault.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseFileError {
@@ -280,14 +313,24 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 
 /// The bytes of a `rawHex` string: pairs of hex digits, spaces ignored.
 pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
-    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
-        return None;
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
     }
-    digits
-        .chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
-        .collect()
+    let mut out = Vec::with_capacity(text.len() / 2);
+    let mut high: Option<u8> = None;
+    for c in text.bytes().filter(|b| !b.is_ascii_whitespace()) {
+        let d = digit(c)?;
+        match high.take() {
+            None => high = Some(d),
+            Some(h) => out.push(h << 4 | d),
+        }
+    }
+    high.is_none().then_some(out)
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a protocol's conformance suite against a target.
     Run(RunArgs),
+    /// Fuzz a live target with generated inputs; shrink and save what fails.
+    Fuzz(FuzzArgs),
     /// List a protocol's cases with ids, levels and requirements.
     List(ListArgs),
     /// Serve conform's reference implementation of a role (the `builtin` target).
@@ -70,6 +72,45 @@ pub struct RunArgs {
     /// cases that need a loaded extension (builtin: its toy extension).
     #[arg(long)]
     pub extension: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FuzzArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    #[arg(long)]
+    pub role: Option<String>,
+    /// builtin, exec:<command line> (with {socket} for agent-socket), or unix:<path>.
+    #[arg(long, default_value = "builtin")]
+    pub target: String,
+    /// The seed the inputs come from (printed; by default one from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop after this many inputs (10000 when neither this nor --duration is given).
+    #[arg(long, conflicts_with = "duration")]
+    pub cases: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Where shrunk reproducers are written, as case files.
+    #[arg(long, default_value = "conform-fuzz-findings")]
+    pub out: PathBuf,
+    /// How many inputs run at once.
+    #[arg(short = 'j', long = "jobs")]
+    pub jobs: Option<usize>,
+    /// How long a reply or a probe may take, in seconds (the fuzzer's bound,
+    /// shorter than most of the sources' own).
+    #[arg(long, default_value_t = 5.0)]
+    pub timeout: f64,
+    /// The most shrinking attempts per finding.
+    #[arg(long, default_value_t = 256)]
+    pub shrink_limit: usize,
+    /// How long an exec: target has to start.
+    #[arg(long, default_value_t = 10.0)]
+    pub startup_timeout: f64,
+    /// cwx: the trust tier the host was launched with (builtin or plugin).
+    #[arg(long, default_value = "plugin")]
+    pub tier: String,
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +198,7 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
 async fn dispatch(cli: Cli) -> Result<i32, RunError> {
     match cli.command {
         Command::Run(args) => run(args).await,
+        Command::Fuzz(args) => fuzz(args).await,
         Command::List(args) => list(args),
         Command::Reference(args) => reference(args).await,
     }
@@ -254,6 +296,87 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             let _ = out.flush();
         }
     }
+    Ok(report.exit_code())
+}
+
+async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
+    let role = check_role(args.protocol, args.role.as_deref())?;
+    let target: Target = args
+        .target
+        .parse()
+        .map_err(|e| RunError::Usage(format!("--target: {e}")))?;
+    if !(args.timeout > 0.0 && args.timeout <= 600.0) {
+        return Err(RunError::Usage(
+            "--timeout is between 0 and 600 seconds".into(),
+        ));
+    }
+    if let Some(d) = args.duration
+        && !(d > 0.0 && d <= 7.0 * 86400.0)
+    {
+        return Err(RunError::Usage("--duration is between 0 and a week".into()));
+    }
+    if args.cases == Some(0) {
+        return Err(RunError::Usage(
+            "--cases 0 runs nothing: a run of zero inputs proves nothing".into(),
+        ));
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64 ^ u64::from(std::process::id()))
+            .unwrap_or(1)
+    });
+    let options = crate::fuzz::Options {
+        protocol: args.protocol.id().to_owned(),
+        role: role.to_owned(),
+        target: target.to_string(),
+        seed,
+        cases: match (args.cases, args.duration) {
+            (None, None) => Some(10_000),
+            (c, _) => c,
+        },
+        duration: args.duration.map(Duration::from_secs_f64),
+        out: args.out.clone(),
+        jobs: args
+            .jobs
+            .unwrap_or(if args.protocol == Protocol::AgentSocket {
+                32
+            } else {
+                4
+            })
+            .max(1),
+        shrink_limit: args.shrink_limit,
+    };
+    eprintln!("conform fuzz: seed {seed}");
+    let mut progress = |line: &str| eprintln!("conform fuzz: {line}");
+    let startup = Duration::from_secs_f64(args.startup_timeout.clamp(0.1, 3600.0));
+    let (report, notes) = match args.protocol {
+        Protocol::AgentSocket => {
+            let h = std::sync::Arc::new(
+                agent_socket::fuzz::Harness::new(target, startup, args.timeout).await?,
+            );
+            let report = crate::fuzz::fuzz(h.clone(), &options, &mut progress).await;
+            let notes = h.finish().await;
+            (report?, notes)
+        }
+        Protocol::Acp => {
+            let h =
+                std::sync::Arc::new(acp::fuzz::Harness::new(target, startup, args.timeout).await?);
+            (crate::fuzz::fuzz(h, &options, &mut progress).await?, vec![])
+        }
+        Protocol::Cwx => {
+            let tier = parse_tier(&args.tier)?;
+            let h = std::sync::Arc::new(
+                cwx::fuzz::Harness::new(target, tier, startup, args.timeout).await?,
+            );
+            (crate::fuzz::fuzz(h, &options, &mut progress).await?, vec![])
+        }
+    };
+    let mut text = crate::fuzz::human(&report, &options);
+    for n in notes.iter().filter(|n| !n.contains("after SIGTERM")) {
+        text.push_str(&format!("note: {n}\n"));
+    }
+    print!("{text}");
     Ok(report.exit_code())
 }
 

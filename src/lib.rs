@@ -9,6 +9,7 @@ pub mod case;
 pub mod cli;
 pub mod corpus;
 pub mod error;
+pub mod fuzz;
 pub mod jsonrpc;
 pub mod matcher;
 pub mod outcome;

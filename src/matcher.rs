@@ -16,20 +16,22 @@ use std::collections::BTreeMap;
 
 /// Variables a case can use, and values it captured.
 #[derive(Debug, Clone, Default)]
-pub struct Vars(BTreeMap<String, Value>);
+/// Values are shared, so a case's copy of the run's variables costs no copy
+/// of a large one (`bulk64k`).
+pub struct Vars(BTreeMap<String, std::sync::Arc<Value>>);
 
 impl Vars {
     pub fn set(&mut self, name: impl Into<String>, value: Value) {
-        self.0.insert(name.into(), value);
+        self.0.insert(name.into(), std::sync::Arc::new(value));
     }
 
     pub fn get(&self, name: &str) -> Option<&Value> {
         // Dotted names reach into objects: `tool.name`.
         if let Some(v) = self.0.get(name) {
-            return Some(v);
+            return Some(&**v);
         }
         let mut parts = name.split('.');
-        let mut cur = self.0.get(parts.next()?)?;
+        let mut cur: &Value = self.0.get(parts.next()?)?;
         for part in parts {
             cur = cur.get(part)?;
         }

@@ -53,9 +53,11 @@ pub async fn write_all(
 /// Reads one line of at most `limit` bytes before `deadline`.
 pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant) -> ReadOutcome {
     let mut decoder = LineDecoder::new(limit);
-    let mut chunk = vec![0u8; 64 * 1024];
+    // Read into spare capacity: a connection costs no zeroed buffer.
+    let mut chunk: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
-        let n = match timeout_at(deadline, stream.read(&mut chunk)).await {
+        chunk.clear();
+        let n = match timeout_at(deadline, stream.read_buf(&mut chunk)).await {
             Err(_) => {
                 return ReadOutcome::TimedOut {
                     partial: decoder.pending().to_vec(),

@@ -571,27 +571,55 @@ impl CaseRun<'_> {
     async fn step(&mut self, index: usize, step: &Step) {
         let requests_before = self.monitor.agent_requests.len();
         let updates_before = self.monitor.updates.len();
-        if let Some(raw) = &step.raw {
-            let Some(Value::String(text)) = self.expand(&json!(raw)) else {
-                return;
-            };
-            self.monitor.sent_malformed();
+        let raw = match (&step.raw, &step.raw_hex) {
+            (Some(raw), _) => match self.expand(&json!(raw)) {
+                Some(Value::String(text)) => Some(text.into_bytes()),
+                _ => return,
+            },
+            (None, Some(hex)) => Some(crate::case::hex_bytes(hex).unwrap_or_default()),
+            (None, None) => None,
+        };
+        if let Some(bytes) = raw {
+            // Each line may be answered with a null id.
+            for _ in bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .take(64)
+            {
+                self.monitor.sent_malformed();
+            }
+            // Requests among the bytes that conform can read are expected
+            // to be answered like any other, with their own ids.
+            for line in bytes.split(|b| *b == b'\n').take(64) {
+                if line.len() <= table::LINE_LIMIT
+                    && let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(line)
+                {
+                    if v.get("id").is_some_and(Value::is_null) {
+                        self.monitor.sent_null_id_request();
+                    } else if v.get("method").is_some_and(Value::is_string) {
+                        self.monitor.sent(&v);
+                    } else if let Some(id) = v.get("id") {
+                        self.monitor.sent_invalid_with_id(id);
+                    }
+                }
+            }
             if let Some(name) = &step.name {
                 // An answer to bytes that are no request has a null id.
                 self.named
                     .insert(name.clone(), monitor::id_key(&Value::Null));
             }
-            self.write(text.into_bytes()).await;
-            return;
-        }
-        if let Some(hex) = &step.raw_hex {
-            let bytes = crate::case::hex_bytes(hex).unwrap_or_default();
-            self.monitor.sent_malformed();
-            if let Some(name) = &step.name {
-                self.named
-                    .insert(name.clone(), monitor::id_key(&Value::Null));
+            if step.pauses.is_empty() {
+                self.write(bytes).await;
+            } else {
+                self.log(Direction::Sent, &bytes);
+                for (piece, ms) in crate::case::paced(bytes.len(), &step.pauses) {
+                    if let Err(e) = self.stream.send(&bytes[piece], REQUEST_DEADLINE).await {
+                        self.log(Direction::Event, e.as_bytes());
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
             }
-            self.write(bytes).await;
             return;
         }
         if let Some(send) = &step.send {

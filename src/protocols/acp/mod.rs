@@ -3,6 +3,7 @@
 
 pub mod driver;
 pub mod editor;
+pub mod fuzz;
 pub mod monitor;
 pub mod reference;
 pub mod schema;

@@ -122,6 +122,9 @@ pub struct Monitor {
     /// id after a malformed line is not mistaken for an answer to nothing.
     malformed_sent: usize,
     null_id_errors: usize,
+    /// Requests conform wrote with a null id, and results answering them.
+    null_id_requests: usize,
+    null_id_results: usize,
     seen_violation: BTreeSet<(String, String)>,
 }
 
@@ -194,6 +197,27 @@ impl Monitor {
     /// a normal answer to (a malformed line, an invalid request): the agent
     /// may answer it with an error whose id is null.
     pub fn sent_malformed(&mut self) {
+        self.malformed_sent += 1;
+    }
+
+    /// Records a message conform wrote whose id the agent can read although
+    /// the message is no valid request: the agent may answer it with that id.
+    pub fn sent_invalid_with_id(&mut self, id: &Value) {
+        self.outstanding.insert(
+            id_key(id),
+            Outstanding {
+                id: id.clone(),
+                method: String::new(),
+                params: Value::Null,
+            },
+        );
+    }
+
+    /// Records a request conform wrote with a null id ("MUST contain a
+    /// String, Number, or NULL value"): its answer has a null id too, which
+    /// tells it from no other, so it is accepted once, result or error.
+    pub fn sent_null_id_request(&mut self) {
+        self.null_id_requests += 1;
         self.malformed_sent += 1;
     }
 
@@ -432,6 +456,14 @@ impl Monitor {
         };
         let key = id_key(&id);
         let Some(out) = self.outstanding.remove(&key) else {
+            if id.is_null() && has_result && self.null_id_results < self.null_id_requests {
+                self.null_id_results += 1;
+                return Incoming::Response {
+                    key,
+                    method: String::new(),
+                    outcome: Ok(o.get("result").cloned().unwrap_or(Value::Null)),
+                };
+            }
             if id.is_null() && has_error && self.null_id_errors < self.malformed_sent {
                 // An error about a line conform sent malformed on purpose.
                 self.null_id_errors += 1;

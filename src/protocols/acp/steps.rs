@@ -114,6 +114,9 @@ pub struct Step {
     /// such as invalid UTF-8).
     #[serde(default)]
     pub raw_hex: Option<String>,
+    /// Write `raw` or `rawHex` in pieces, with these pauses.
+    #[serde(default)]
+    pub pauses: Vec<crate::case::Pause>,
     #[serde(default)]
     pub prompt: Option<Prompt>,
     #[serde(default, rename = "await")]
@@ -286,6 +289,7 @@ impl Step {
             ));
         }
         let requests = self.prompt.is_some() || self.send.as_ref().is_some_and(|s| !s.notification);
+        crate::case::check_pauses(&self.pauses, self.raw.is_some() || self.raw_hex.is_some())?;
         if !self.wait && self.name.is_none() {
             return Err("a step with `wait: false` needs an `as` name to await".into());
         }

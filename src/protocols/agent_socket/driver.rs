@@ -1,7 +1,7 @@
 //! Runs agent-socket cases against a server on a Unix socket, playing Vibe:
 //! one connection per request, one request line, one reply line.
 
-use super::steps::{Expect, NamedCheck, Raw, ReplyRule, Send, Step};
+use super::steps::{Expect, NamedCheck, Pause, Raw, ReplyRule, Send, Step};
 use super::table::{self, Deadline};
 use super::validate::{self, DeclaredSandbox, DeclaredTool};
 use crate::case::Case;
@@ -77,7 +77,10 @@ impl Session {
     /// its exit. Replies that may be missing (`optional`, `none`) wait for
     /// nothing.
     async fn settle(&self, outcome: &ReadOutcome, rule: ReplyRule) {
-        let due = !matches!(rule, ReplyRule::Optional | ReplyRule::None);
+        let due = !matches!(
+            rule,
+            ReplyRule::Optional | ReplyRule::None | ReplyRule::IfAny
+        );
         let failed = matches!(
             outcome,
             ReadOutcome::Failed { .. } | ReadOutcome::Closed { .. }
@@ -309,6 +312,38 @@ impl Session {
     }
 }
 
+/// The id in a raw request line, as far as conform can tell: `Some(None)`
+/// for bytes that are not a request with an id, `None` for bytes it cannot
+/// read (too large, or nested past serde_json's limit).
+fn raw_request_id(bytes: &[u8]) -> Option<Option<Value>> {
+    if bytes.len() > 1024 * 1024 {
+        return None;
+    }
+    let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+    match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(o)) => Some(o.get("id").cloned()),
+        Ok(_) => Some(None),
+        Err(e) if e.to_string().contains("recursion limit") => None,
+        Err(_) => Some(None),
+    }
+}
+
+/// Writes `bytes`, stopping at each pause for its time.
+async fn write_paced(
+    stream: &mut tokio::net::UnixStream,
+    bytes: &[u8],
+    pauses: &[Pause],
+    deadline: Instant,
+) -> std::io::Result<()> {
+    for (piece, ms) in crate::case::paced(bytes.len(), pauses) {
+        unix::write_all(stream, &bytes[piece], deadline).await?;
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+    Ok(())
+}
+
 fn initialize_params() -> Value {
     json!({"protocolVersion": table::PROTOCOL_VERSION, "vibeVersion": table::MODELLED_VIBE_VERSION})
 }
@@ -335,6 +370,8 @@ struct Pending {
     deadline_why: String,
     outcome: ReadOutcome,
     rest: Option<Vec<u8>>,
+    /// The id the request carried as conform reads its bytes (see `IfAny`).
+    raw_id: Option<Option<Value>>,
 }
 
 struct CaseRun<'a> {
@@ -355,7 +392,8 @@ fn log(
     dir: Direction,
     data: &[u8],
 ) {
-    let text = String::from_utf8_lossy(data);
+    // Only the start is kept: at most 4 bytes a character.
+    let text = String::from_utf8_lossy(&data[..data.len().min(TRANSCRIPT_ENTRY_LIMIT * 4 + 4)]);
     let entry = TranscriptEntry {
         t_ms: started.elapsed().as_millis() as u64,
         conn: conn.to_owned(),
@@ -483,10 +521,20 @@ impl CaseRun<'_> {
                 b.extend_from_slice(suffix.as_bytes());
                 (b, None, None, Value::Null)
             }
-            (None, None) => {
-                self.conform_error = Some(format!("step {index}: nothing to send"));
-                return;
-            }
+            (None, None) => match step.raw_hex.as_deref().and_then(crate::case::hex_bytes) {
+                Some(b) => (b, None, None, Value::Null),
+                None => {
+                    self.conform_error = Some(format!("step {index}: nothing to send"));
+                    return;
+                }
+            },
+        };
+        // The id a reply to raw bytes may echo besides null: None when conform
+        // cannot read the bytes itself, so it cannot say which id they carry.
+        let raw_id = if send.is_some() {
+            Some(request_id.clone())
+        } else {
+            raw_request_id(&bytes)
         };
         let (deadline_s, deadline_why) = self.deadline_for(step, method.as_deref(), &params);
         let conn_name = step.conn.clone().unwrap_or_else(|| format!("c{index}"));
@@ -496,6 +544,8 @@ impl CaseRun<'_> {
         let transcript = self.transcript.clone();
         let started = self.started;
         let close = step.close;
+        let half_close = step.half_close;
+        let pauses = step.pauses.clone();
         let name = conn_name.clone();
         let task = async move {
             let deadline = Instant::now() + Duration::from_secs_f64(deadline_s);
@@ -512,11 +562,27 @@ impl CaseRun<'_> {
                             partial: vec![],
                         },
                         rest: None,
+                        raw_id,
                     };
                 }
             };
             log(&transcript, started, &name, Direction::Sent, &bytes);
-            let outcome = match unix::write_all(&mut stream, &bytes, deadline).await {
+            let written = write_paced(&mut stream, &bytes, &pauses, deadline).await;
+            let written = match written {
+                Ok(()) if half_close => {
+                    use tokio::io::AsyncWriteExt;
+                    log(
+                        &transcript,
+                        started,
+                        &name,
+                        Direction::Event,
+                        b"conform shut down its writing half",
+                    );
+                    stream.shutdown().await
+                }
+                other => other,
+            };
+            let outcome = match written {
                 Err(e) => ReadOutcome::Failed {
                     error: format!("writing the request failed: {e}"),
                     partial: vec![],
@@ -593,6 +659,7 @@ impl CaseRun<'_> {
                 deadline_why,
                 outcome,
                 rest,
+                raw_id,
             }
         };
         if step.wait {
@@ -603,8 +670,14 @@ impl CaseRun<'_> {
                     self.session.settle(&p.outcome, ReplyRule::Any).await;
                 }
                 if let ReadOutcome::Failed { error, .. } = &p.outcome {
-                    self.findings
-                        .push(format!("{error}{}", self.session.target_note()));
+                    // Raw bytes are not a request Vibe sends: a server may
+                    // close on them before it has read them all.
+                    if step.send.is_some() || error.starts_with("cannot connect") {
+                        self.findings
+                            .push(format!("{error}{}", self.session.target_note()));
+                    } else {
+                        self.observations.push(error.clone());
+                    }
                 }
                 return;
             }
@@ -712,8 +785,23 @@ impl CaseRun<'_> {
             ReadOutcome::Line { line, .. } => line,
             other => {
                 let seen = describe_failed_read(other, p.deadline_s);
+                let cut = match other {
+                    ReadOutcome::Closed { partial } | ReadOutcome::TimedOut { partial } => {
+                        !partial.is_empty()
+                    }
+                    ReadOutcome::TooLong { .. } => true,
+                    _ => false,
+                };
                 match rule {
-                    ReplyRule::Optional | ReplyRule::None => {
+                    // "Lines are JSON-RPC 2.0 messages ... compact JSON followed by ``\\n``":
+                    // a reply that starts is a whole line.
+                    ReplyRule::IfAny | ReplyRule::Due if cut => {
+                        self.findings.push(format!(
+                            "{what}: the reply is not a whole line: {seen}{}",
+                            self.session.target_note()
+                        ));
+                    }
+                    ReplyRule::Optional | ReplyRule::None | ReplyRule::IfAny => {
                         self.observations.push(format!("{what}: {seen}"));
                     }
                     _ => {
@@ -743,6 +831,11 @@ impl CaseRun<'_> {
             Err(e) => {
                 if rule == ReplyRule::Optional {
                     self.observations.push(format!("{what}: {e}"));
+                } else if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
+                    self.findings.push(format!(
+                        "{what}: {e} (a reply is one line of JSON): {}",
+                        truncate(&String::from_utf8_lossy(line), 200)
+                    ));
                 } else {
                     self.findings.push(format!(
                         "{what}: {e} (a reply is one line of compact JSON): {}",
@@ -768,6 +861,21 @@ impl CaseRun<'_> {
         }
         let Some(expect) = expect else { return };
         if rule == ReplyRule::Optional {
+            return;
+        }
+        if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
+            // The id is null, or the one the request carried, or anything
+            // when conform could not read the request's bytes itself.
+            let echoed = reply.object.get("id").cloned();
+            let expected = match (&p.raw_id, &echoed) {
+                (None, Some(e)) | (_, Some(e @ Value::Null)) => Some(e.clone()),
+                (Some(Some(id)), Some(e)) if e == id => Some(e.clone()),
+                (Some(id), _) => id.clone(),
+                (None, None) => None,
+            };
+            for e in jsonrpc::envelope_violations(&reply, expected.as_ref()) {
+                self.findings.push(format!("{what}: {e}"));
+            }
             return;
         }
         let mut errors: Vec<String> = Vec::new();

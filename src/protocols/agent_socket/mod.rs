@@ -2,6 +2,7 @@
 //! tests a server.
 
 pub mod driver;
+pub mod fuzz;
 pub mod reference;
 pub mod steps;
 pub mod table;

@@ -374,9 +374,10 @@ async fn connection(
     running: &Running,
 ) -> std::io::Result<()> {
     let mut decoder = LineDecoder::new(REQUEST_LIMIT_BYTES);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let line = loop {
-        let n = match tokio::time::timeout(REQUEST_READ_TIMEOUT, stream.read(&mut buf)).await {
+        buf.clear();
+        let n = match tokio::time::timeout(REQUEST_READ_TIMEOUT, stream.read_buf(&mut buf)).await {
             Ok(r) => r?,
             Err(_) => return Ok(()),
         };

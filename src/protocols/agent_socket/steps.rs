@@ -5,6 +5,7 @@
 //! `pending`, `sleep`, `probe` that the server still serves, or check the
 //! `socketMode`. Its `expect` says what must come back.
 
+pub use crate::case::Pause;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -19,6 +20,9 @@ pub struct Step {
     pub send: Option<Send>,
     #[serde(default)]
     pub raw: Option<Raw>,
+    /// Raw bytes as hex pairs, for bytes a JSON string cannot hold.
+    #[serde(default)]
+    pub raw_hex: Option<String>,
     #[serde(default, rename = "await")]
     pub await_conn: Option<String>,
     #[serde(default)]
@@ -40,6 +44,12 @@ pub struct Step {
     /// Close the connection right after sending, without reading.
     #[serde(default)]
     pub close: bool,
+    /// Shut down conform's writing half after sending, then read the reply.
+    #[serde(default)]
+    pub half_close: bool,
+    /// Write the request in pieces: stop after byte `at` for `ms` milliseconds.
+    #[serde(default)]
+    pub pauses: Vec<Pause>,
     #[serde(default)]
     pub expect: Option<Expect>,
     /// Overrides the method's deadline, in seconds.
@@ -95,6 +105,13 @@ pub enum ReplyRule {
     Optional,
     /// No reply line at all before the deadline or the close.
     None,
+    /// No reply is needed, but a reply line that comes must be a whole,
+    /// well-formed JSON-RPC response whose id is null or the request's.
+    #[serde(rename = "if-any")]
+    IfAny,
+    /// As `if-any`, but a reply line is due before the deadline.
+    #[serde(rename = "due")]
+    Due,
 }
 
 /// Checks written once in code and named from the data. A check finds
@@ -172,6 +189,7 @@ impl Step {
         let actions = [
             self.send.is_some(),
             self.raw.is_some(),
+            self.raw_hex.is_some(),
             self.await_conn.is_some(),
             self.pending.is_some(),
             self.sleep.is_some(),
@@ -183,15 +201,24 @@ impl Step {
         .count();
         if actions != 1 {
             return Err(format!(
-                "a step needs exactly one of send, raw, await, pending, sleep, probe, socketMode (found {actions})"
+                "a step needs exactly one of send, raw, rawHex, await, pending, sleep, probe, socketMode (found {actions})"
             ));
         }
-        let sends = self.send.is_some() || self.raw.is_some();
+        let sends = self.send.is_some() || self.raw.is_some() || self.raw_hex.is_some();
         if !self.wait && self.conn.is_none() {
             return Err("a step with `wait: false` needs a `conn` name to await".into());
         }
-        if (self.close || !self.wait || self.conn.is_some()) && !sends {
-            return Err("`conn`, `wait` and `close` go with send or raw".into());
+        if (self.close || self.half_close || !self.wait || self.conn.is_some()) && !sends {
+            return Err("`conn`, `wait`, `close` and `halfClose` go with send or raw".into());
+        }
+        crate::case::check_pauses(&self.pauses, sends)?;
+        if self.close && self.half_close {
+            return Err("a step closes or half-closes, not both".into());
+        }
+        if let Some(h) = &self.raw_hex
+            && crate::case::hex_bytes(h).is_none()
+        {
+            return Err("rawHex is pairs of hex digits".into());
         }
         if self.close && self.expect.is_some() {
             return Err("a step that closes right away reads no reply to expect".into());

@@ -3,6 +3,7 @@
 
 pub mod corpus;
 pub mod driver;
+pub mod fuzz;
 pub mod reference;
 pub mod steps;
 pub mod table;

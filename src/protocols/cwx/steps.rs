@@ -41,6 +41,9 @@ pub struct Step {
     pub send: Option<Send>,
     #[serde(default)]
     pub raw_hex: Option<String>,
+    /// Write `rawHex` in pieces, with these pauses.
+    #[serde(default)]
+    pub pauses: Vec<crate::case::Pause>,
     #[serde(default, rename = "await")]
     pub await_name: Option<String>,
     #[serde(default)]
@@ -138,6 +141,7 @@ impl Step {
             ));
         }
         let request = self.send.as_ref().is_some_and(|s| !s.notification);
+        crate::case::check_pauses(&self.pauses, self.raw_hex.is_some())?;
         if (!self.wait || self.name.is_some()) && !request {
             return Err("`as` and `wait` go with a request".into());
         }

@@ -1,0 +1,425 @@
+//! `conform fuzz`: generated inputs against a live target, judged by the
+//! same oracles as the suite, shrunk to a minimal case on a finding.
+//!
+//! Each protocol supplies a [`Harness`]: a proptest strategy for its inputs
+//! (built from its table and golden corpus, see [`strategies`]), the case file an
+//! input becomes, and a way to run a case against the live target. An input
+//! *is* a case: the oracles are the protocol's step expectations and its
+//! watch rules, so a finding written to `--out` replays with
+//! `conform run --case FILE` and fails the same way.
+//!
+//! Inputs are generated in order from the seed (ChaCha, so the same seed
+//! gives the same inputs everywhere) and run `jobs` at a time. On a failure
+//! the engine lets the cases in flight finish, makes the target fresh,
+//! checks the input fails alone, and shrinks it with proptest's value tree:
+//! a simpler input that fails the same way (see [`Harness::class`]) is kept.
+
+pub mod strategies;
+
+use crate::error::RunError;
+use crate::outcome::{CaseResult, Outcome};
+use crate::runner::CaseFuture;
+use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+pub type ResetFuture = Pin<Box<dyn Future<Output = Result<(), RunError>> + Send>>;
+
+/// What a protocol gives the fuzzer.
+pub trait Harness: Send + Sync + 'static {
+    type Input: Clone + std::fmt::Debug + Send + Sync + 'static;
+    /// The strategy the inputs come from.
+    fn strategy(&self) -> BoxedStrategy<Self::Input>;
+    /// The case (one item of a case file) an input becomes.
+    fn case(&self, input: &Self::Input, id: &str) -> Value;
+    /// Runs one case against the live target.
+    fn run(self: Arc<Self>, case: Value) -> CaseFuture;
+    /// Gives the next case a target in its first state (a dead server is
+    /// started again).
+    fn reset(self: Arc<Self>) -> ResetFuture;
+    /// Tells one failure from another while shrinking: a simpler input must
+    /// fail in the same class to replace the one found.
+    fn class(&self, result: &CaseResult) -> String;
+}
+
+/// How a fuzzing run is set up.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub protocol: String,
+    pub role: String,
+    pub target: String,
+    pub seed: u64,
+    pub cases: Option<u64>,
+    pub duration: Option<Duration>,
+    pub out: PathBuf,
+    pub jobs: usize,
+    /// The most shrinking attempts per finding.
+    pub shrink_limit: usize,
+}
+
+/// A failure the fuzzer found, shrunk.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// The input's number in the run (from 0).
+    pub index: u64,
+    pub class: String,
+    /// The shrunk case's result.
+    pub result: CaseResult,
+    /// The shrunk case, as written.
+    pub case: Value,
+    pub shrink_steps: usize,
+    /// False when the input did not fail again alone on a fresh target.
+    pub reproduced: bool,
+    pub file: Option<PathBuf>,
+}
+
+/// What a fuzzing run did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub seed: u64,
+    pub inputs: u64,
+    pub elapsed: Duration,
+    /// Counts of each outcome over all inputs.
+    pub outcomes: HashMap<&'static str, u64>,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// 1 when a finding failed (a MUST broken, or a SHOULD under `--strict`).
+    pub fn exit_code(&self) -> i32 {
+        if self
+            .findings
+            .iter()
+            .any(|f| matches!(f.result.outcome, Outcome::Fail | Outcome::Error))
+        {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// The runner that generates from `seed`: ChaCha, so a seed means the same
+/// inputs on every machine.
+pub fn runner_for(seed: u64) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    )
+}
+
+/// The id a generated case gets.
+pub fn case_id(protocol: &str, seed: u64, index: u64) -> String {
+    format!("{protocol}/fuzz/{seed}-{index}")
+}
+
+/// The result of a generated case conform could not run: its own bug.
+pub fn invalid_case(id: &Value, message: String) -> CaseResult {
+    CaseResult {
+        id: id.as_str().unwrap_or("").to_owned(),
+        title: String::new(),
+        level: crate::case::Level::Must,
+        requirements: vec![],
+        outcome: Outcome::Error,
+        message,
+        duration_ms: 0,
+        transcript: vec![],
+    }
+}
+
+/// A failure's class for the stdio protocols: the first rule a watch found
+/// (`[MUST rule] ...` in the message), else the probe's (`survival`), else
+/// the first words of the first finding with its numbers left out.
+pub fn class_by_rule(r: &CaseResult, survival: &str) -> String {
+    if r.outcome == Outcome::Error {
+        return "conform could not run the input".into();
+    }
+    let m = &r.message;
+    for level in ["[MUST ", "[SHOULD "] {
+        if let Some(at) = m.find(level) {
+            let rest = &m[at + level.len()..];
+            return rest.split(']').next().unwrap_or("").to_owned();
+        }
+    }
+    if m.contains("probe") {
+        return survival.to_owned();
+    }
+    let first = m.lines().next().unwrap_or("");
+    let head = first.split(':').next().unwrap_or(first);
+    head.chars()
+        .filter(|c| !c.is_ascii_digit())
+        .take(60)
+        .collect()
+}
+
+fn is_finding(r: &CaseResult) -> bool {
+    matches!(r.outcome, Outcome::Fail | Outcome::Warn | Outcome::Error)
+}
+
+/// Runs the fuzzer until `cases` inputs or `duration` pass, or a failure
+/// (a finding that fails the run) is found and shrunk. `progress` gets a
+/// line now and then.
+pub async fn fuzz<H: Harness>(
+    harness: Arc<H>,
+    options: &Options,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Report, RunError> {
+    let strategy = harness.strategy();
+    let mut runner = runner_for(options.seed);
+    let started = Instant::now();
+    let mut report = Report {
+        seed: options.seed,
+        inputs: 0,
+        elapsed: Duration::ZERO,
+        outcomes: HashMap::new(),
+        findings: Vec::new(),
+    };
+    let mut trees: HashMap<u64, Box<dyn ValueTree<Value = H::Input>>> = HashMap::new();
+    let mut set: JoinSet<(u64, CaseResult)> = JoinSet::new();
+    let mut next: u64 = 0;
+    let mut last_progress = Instant::now();
+    let mut stop = false;
+    let limit_reached = |next: u64| {
+        options.cases.is_some_and(|n| next >= n)
+            || options.duration.is_some_and(|d| started.elapsed() >= d)
+    };
+    loop {
+        while !stop && set.len() < options.jobs.max(1) && !limit_reached(next) {
+            let tree = strategy
+                .new_tree(&mut runner)
+                .map_err(|e| RunError::Conform(format!("the generator failed: {e}")))?;
+            let case = harness.case(
+                &tree.current(),
+                &case_id(&options.protocol, options.seed, next),
+            );
+            trees.insert(next, Box::new(tree));
+            let h = harness.clone();
+            let index = next;
+            set.spawn(async move { (index, h.run(case).await) });
+            next += 1;
+        }
+        let Some(joined) = set.join_next().await else {
+            break;
+        };
+        let (index, result) =
+            joined.map_err(|e| RunError::Conform(format!("a fuzz case panicked: {e}")))?;
+        report.inputs += 1;
+        *report.outcomes.entry(result.outcome.as_str()).or_default() += 1;
+        let tree = trees.remove(&index);
+        if is_finding(&result) && !stop {
+            let class = harness.class(&result);
+            let known = report.findings.iter().any(|f| f.class == class);
+            if !known {
+                // Let what is in flight finish, so the shrinking has the target to itself.
+                while let Some(j) = set.join_next().await {
+                    if let Ok((i, r)) = j {
+                        report.inputs += 1;
+                        *report.outcomes.entry(r.outcome.as_str()).or_default() += 1;
+                        trees.remove(&i);
+                    }
+                }
+                progress(&format!(
+                    "input {index}: {} ({class}); shrinking",
+                    result.outcome.as_str()
+                ));
+                let Some(tree) = tree else { continue };
+                let finding = shrink(&harness, options, tree, index, result, class).await?;
+                let failed = matches!(finding.result.outcome, Outcome::Fail | Outcome::Error);
+                progress(&format!(
+                    "input {index}: shrunk in {} steps{}",
+                    finding.shrink_steps,
+                    finding
+                        .file
+                        .as_ref()
+                        .map(|f| format!(", written to {}", f.display()))
+                        .unwrap_or_default()
+                ));
+                report.findings.push(finding);
+                if failed {
+                    stop = true;
+                } else {
+                    harness.clone().reset().await?;
+                }
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = Instant::now();
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            progress(&format!(
+                "{} inputs, {:.0}/s, {} findings (seed {})",
+                report.inputs,
+                report.inputs as f64 / secs,
+                report.findings.len(),
+                options.seed
+            ));
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Shrinks a failing input: proptest's simplify while the simpler input
+/// still fails in the same class, complicate when it does not.
+async fn shrink<H: Harness>(
+    harness: &Arc<H>,
+    options: &Options,
+    mut tree: Box<dyn ValueTree<Value = H::Input>>,
+    index: u64,
+    first: CaseResult,
+    class: String,
+) -> Result<Finding, RunError> {
+    let id = case_id(&options.protocol, options.seed, index);
+    let mut best_case = harness.case(&tree.current(), &id);
+    let mut best = first;
+    // Alone, on a fresh target.
+    harness.clone().reset().await?;
+    let again = harness.clone().run(best_case.clone()).await;
+    let reproduced = is_finding(&again) && harness.class(&again) == class;
+    let mut steps = 0;
+    if reproduced {
+        best = again;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut attempts = 0;
+        let mut more = tree.simplify();
+        while more && attempts < options.shrink_limit && Instant::now() < deadline {
+            attempts += 1;
+            let case = harness.case(&tree.current(), &id);
+            harness.clone().reset().await?;
+            let r = harness.clone().run(case.clone()).await;
+            if is_finding(&r) && harness.class(&r) == class {
+                steps += 1;
+                best = r;
+                best_case = case;
+                more = tree.simplify();
+            } else {
+                more = tree.complicate();
+            }
+        }
+    }
+    harness.clone().reset().await?;
+    let file = write_reproducer(options, index, &best, &best_case, steps, reproduced)?;
+    Ok(Finding {
+        index,
+        class,
+        result: best,
+        case: best_case,
+        shrink_steps: steps,
+        reproduced,
+        file: Some(file),
+    })
+}
+
+/// Writes a finding as a case file with its provenance.
+fn write_reproducer(
+    options: &Options,
+    index: u64,
+    result: &CaseResult,
+    case: &Value,
+    steps: usize,
+    reproduced: bool,
+) -> Result<PathBuf, RunError> {
+    std::fs::create_dir_all(&options.out)
+        .map_err(|e| RunError::Conform(format!("cannot create {}: {e}", options.out.display())))?;
+    let path = options.out.join(format!(
+        "{}-{}-{index}.json",
+        options.protocol, options.seed
+    ));
+    let file = json!({
+        "provenance": {
+            "tool": "conform fuzz",
+            "conform_version": env!("CARGO_PKG_VERSION"),
+            "protocol": options.protocol,
+            "role": options.role,
+            "target": options.target,
+            "seed": options.seed,
+            "input": index,
+            "shrink_steps": steps,
+            "reproduced_alone": reproduced,
+            "outcome": result.outcome.as_str(),
+            "oracle": result.message,
+            "found_unix_time": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            "replay": format!(
+                "conform run --protocol {} --target '{}' --case {} --filter {}",
+                options.protocol,
+                options.target,
+                path.display(),
+                case.get("id").and_then(Value::as_str).unwrap_or("")
+            ),
+        },
+        "cases": [case],
+    });
+    let text = serde_json::to_string_pretty(&file).unwrap_or_default();
+    std::fs::write(&path, text + "\n")
+        .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The report as text for a person.
+pub fn human(report: &Report, options: &Options) -> String {
+    let mut out = String::new();
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    out.push_str(&format!(
+        "conform fuzz {} ({}) against {}: {} inputs in {:.1}s ({:.0}/s), seed {}\n",
+        options.protocol,
+        options.role,
+        options.target,
+        report.inputs,
+        secs,
+        report.inputs as f64 / secs,
+        report.seed
+    ));
+    let mut counts: Vec<_> = report.outcomes.iter().collect();
+    counts.sort();
+    out.push_str(&format!(
+        "outcomes: {}\n",
+        counts
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    if report.findings.is_empty() {
+        out.push_str("no findings\n");
+    }
+    for f in &report.findings {
+        out.push_str(&format!(
+            "\n{} {} (input {}, {}, shrunk in {} steps{})\n",
+            f.result.outcome.as_str().to_uppercase(),
+            f.result.id,
+            f.index,
+            f.class,
+            f.shrink_steps,
+            if f.reproduced {
+                ""
+            } else {
+                "; it did not fail again alone on a fresh target"
+            }
+        ));
+        for line in f.result.message.lines().take(12) {
+            out.push_str(&format!("    {line}\n"));
+        }
+        if let Some(file) = &f.file {
+            out.push_str(&format!(
+                "    reproducer: {}\n    replay: conform run --protocol {} --target '{}' --case {} --filter {}\n",
+                file.display(),
+                options.protocol,
+                options.target,
+                file.display(),
+                f.result.id
+            ));
+        }
+    }
+    out
+}
