@@ -105,6 +105,9 @@ pub struct FuzzArgs {
     /// The most shrinking attempts per finding.
     #[arg(long, default_value_t = 256)]
     pub shrink_limit: usize,
+    /// The longest a finding's shrinking may take, in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub shrink_time: f64,
     /// How long an exec: target has to start.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
@@ -346,6 +349,7 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
             })
             .max(1),
         shrink_limit: args.shrink_limit,
+        shrink_time: Duration::from_secs_f64(args.shrink_time.clamp(0.0, 86400.0)),
     };
     eprintln!("conform fuzz: seed {seed}");
     let mut progress = |line: &str| eprintln!("conform fuzz: {line}");

@@ -88,7 +88,7 @@ pub enum ReplyParseError {
 pub fn classify_reply(line: &[u8]) -> Result<Reply, ReplyParseError> {
     let text = std::str::from_utf8(line).map_err(|e| ReplyParseError::NotUtf8(e.to_string()))?;
     let value: Value =
-        serde_json::from_str(text).map_err(|e| ReplyParseError::NotJson(e.to_string()))?;
+        parse_json(text.as_bytes()).map_err(|e| ReplyParseError::NotJson(e.to_string()))?;
     let Value::Object(object) = value else {
         return Err(ReplyParseError::NotObject);
     };
@@ -194,9 +194,58 @@ pub fn is_compact_json(line: &[u8]) -> bool {
     true
 }
 
+/// Parses JSON text as the peers' parsers do where serde_json is stricter:
+/// an escaped lone surrogate (`"\ud800"`) is JSON by the grammar of RFC
+/// 8259, and Python's `json` (Vibe's reader) accepts it, so a line that
+/// carries one is read with every surrogate escape taken as U+FFFD.
+pub fn parse_json(bytes: &[u8]) -> serde_json::Result<Value> {
+    match serde_json::from_slice(bytes) {
+        Err(e) if e.to_string().contains("surrogate") || e.to_string().contains("hex escape") => {
+            serde_json::from_slice(&replace_surrogate_escapes(bytes))
+        }
+        other => other,
+    }
+}
+
+fn replace_surrogate_escapes(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 1 < bytes.len() {
+            let hex = bytes.get(i + 2..i + 6);
+            let surrogate = bytes[i + 1] == b'u'
+                && hex.is_some_and(|h| {
+                    std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|h| u16::from_str_radix(h, 16).ok())
+                        .is_some_and(|c| (0xD800..=0xDFFF).contains(&c))
+                });
+            if surrogate {
+                out.extend_from_slice(b"\\ufffd");
+                i += 6;
+            } else {
+                out.extend_from_slice(&bytes[i..i + 2]);
+                i += 2;
+            }
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lone_surrogates_read_as_python_reads_them() {
+        let v = parse_json(br#"{"id":"\ud800","s":"\\ud800","p":"\ud83d\ude00"}"#).unwrap();
+        assert_eq!(v["id"], "\u{fffd}");
+        assert_eq!(v["s"], "\\ud800");
+        assert!(parse_json(b"{").is_err());
+    }
     use serde_json::json;
 
     fn reply(v: Value) -> Reply {

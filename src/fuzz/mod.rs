@@ -62,6 +62,8 @@ pub struct Options {
     pub jobs: usize,
     /// The most shrinking attempts per finding.
     pub shrink_limit: usize,
+    /// The longest a finding's shrinking may take.
+    pub shrink_time: Duration,
 }
 
 /// A failure the fuzzer found, shrunk.
@@ -217,38 +219,47 @@ pub async fn fuzz<H: Harness>(
         let tree = trees.remove(&index);
         if is_finding(&result) && !stop {
             let class = harness.class(&result);
-            let known = report.findings.iter().any(|f| f.class == class);
-            if !known {
-                // Let what is in flight finish, so the shrinking has the target to itself.
-                while let Some(j) = set.join_next().await {
-                    if let Ok((i, r)) = j {
-                        report.inputs += 1;
-                        *report.outcomes.entry(r.outcome.as_str()).or_default() += 1;
-                        trees.remove(&i);
+            if report.findings.iter().any(|f| f.class == class) {
+                continue;
+            }
+            // Let what is in flight finish, so the shrinking has the target to
+            // itself. Inputs that ran beside the culprit may have failed with
+            // it (a dead server fails them all), so each failing one is a
+            // suspect, tried alone in order.
+            let mut suspects = vec![(index, result, tree)];
+            while let Some(j) = set.join_next().await {
+                if let Ok((i, r)) = j {
+                    report.inputs += 1;
+                    *report.outcomes.entry(r.outcome.as_str()).or_default() += 1;
+                    let t = trees.remove(&i);
+                    if is_finding(&r) {
+                        suspects.push((i, r, t));
                     }
                 }
-                progress(&format!(
-                    "input {index}: {} ({class}); shrinking",
-                    result.outcome.as_str()
-                ));
-                let Some(tree) = tree else { continue };
-                let finding = shrink(&harness, options, tree, index, result, class).await?;
-                let failed = matches!(finding.result.outcome, Outcome::Fail | Outcome::Error);
-                progress(&format!(
-                    "input {index}: shrunk in {} steps{}",
-                    finding.shrink_steps,
-                    finding
-                        .file
-                        .as_ref()
-                        .map(|f| format!(", written to {}", f.display()))
-                        .unwrap_or_default()
-                ));
-                report.findings.push(finding);
-                if failed {
-                    stop = true;
-                } else {
-                    harness.clone().reset().await?;
-                }
+            }
+            suspects.sort_by_key(|s| s.0);
+            progress(&format!(
+                "input {index}: {} ({class}); {} suspect input(s) to try alone, then shrink",
+                suspects[0].1.outcome.as_str(),
+                suspects.len()
+            ));
+            let finding = culprit(&harness, options, suspects).await?;
+            let failed = matches!(finding.result.outcome, Outcome::Fail | Outcome::Error);
+            progress(&format!(
+                "input {}: shrunk in {} steps{}",
+                finding.index,
+                finding.shrink_steps,
+                finding
+                    .file
+                    .as_ref()
+                    .map(|f| format!(", written to {}", f.display()))
+                    .unwrap_or_default()
+            ));
+            report.findings.push(finding);
+            if failed {
+                stop = true;
+            } else {
+                harness.clone().reset().await?;
             }
         }
         if last_progress.elapsed() >= Duration::from_secs(1) {
@@ -267,6 +278,48 @@ pub async fn fuzz<H: Harness>(
     Ok(report)
 }
 
+type Suspect<V> = (u64, CaseResult, Option<Box<dyn ValueTree<Value = V>>>);
+
+/// Tries each suspect alone on a fresh target, in the order they were
+/// generated; the first that fails again is shrunk. When none does, the
+/// first is reported as it was, marked as not reproduced.
+async fn culprit<H: Harness>(
+    harness: &Arc<H>,
+    options: &Options,
+    suspects: Vec<Suspect<H::Input>>,
+) -> Result<Finding, RunError> {
+    let mut first: Option<(u64, CaseResult, Value)> = None;
+    for (index, result, tree) in suspects {
+        let Some(tree) = tree else { continue };
+        let id = case_id(&options.protocol, options.seed, index);
+        let case = harness.case(&tree.current(), &id);
+        harness.clone().reset().await?;
+        let again = harness.clone().run(case.clone()).await;
+        if is_finding(&again) {
+            let class = harness.class(&again);
+            return shrink(harness, options, tree, index, again, case, class).await;
+        }
+        if first.is_none() {
+            first = Some((index, result, case));
+        }
+    }
+    let (index, result, case) = first.ok_or_else(|| {
+        RunError::Conform("a finding without its input (a bug in conform)".into())
+    })?;
+    harness.clone().reset().await?;
+    let class = harness.class(&result);
+    let file = write_reproducer(options, index, &result, &case, 0, false)?;
+    Ok(Finding {
+        index,
+        class,
+        result,
+        case,
+        shrink_steps: 0,
+        reproduced: false,
+        file: Some(file),
+    })
+}
+
 /// Shrinks a failing input: proptest's simplify while the simpler input
 /// still fails in the same class, complicate when it does not.
 async fn shrink<H: Harness>(
@@ -274,46 +327,38 @@ async fn shrink<H: Harness>(
     options: &Options,
     mut tree: Box<dyn ValueTree<Value = H::Input>>,
     index: u64,
-    first: CaseResult,
+    mut best: CaseResult,
+    mut best_case: Value,
     class: String,
 ) -> Result<Finding, RunError> {
     let id = case_id(&options.protocol, options.seed, index);
-    let mut best_case = harness.case(&tree.current(), &id);
-    let mut best = first;
-    // Alone, on a fresh target.
-    harness.clone().reset().await?;
-    let again = harness.clone().run(best_case.clone()).await;
-    let reproduced = is_finding(&again) && harness.class(&again) == class;
     let mut steps = 0;
-    if reproduced {
-        best = again;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut attempts = 0;
-        let mut more = tree.simplify();
-        while more && attempts < options.shrink_limit && Instant::now() < deadline {
-            attempts += 1;
-            let case = harness.case(&tree.current(), &id);
-            harness.clone().reset().await?;
-            let r = harness.clone().run(case.clone()).await;
-            if is_finding(&r) && harness.class(&r) == class {
-                steps += 1;
-                best = r;
-                best_case = case;
-                more = tree.simplify();
-            } else {
-                more = tree.complicate();
-            }
+    let deadline = Instant::now() + options.shrink_time;
+    let mut attempts = 0;
+    let mut more = tree.simplify();
+    while more && attempts < options.shrink_limit && Instant::now() < deadline {
+        attempts += 1;
+        let case = harness.case(&tree.current(), &id);
+        harness.clone().reset().await?;
+        let r = harness.clone().run(case.clone()).await;
+        if is_finding(&r) && harness.class(&r) == class {
+            steps += 1;
+            best = r;
+            best_case = case;
+            more = tree.simplify();
+        } else {
+            more = tree.complicate();
         }
     }
     harness.clone().reset().await?;
-    let file = write_reproducer(options, index, &best, &best_case, steps, reproduced)?;
+    let file = write_reproducer(options, index, &best, &best_case, steps, true)?;
     Ok(Finding {
         index,
         class,
         result: best,
         case: best_case,
         shrink_steps: steps,
-        reproduced,
+        reproduced: true,
         file: Some(file),
     })
 }
@@ -422,4 +467,34 @@ pub fn human(report: &Report, options: &Options) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first_inputs(seed: u64) -> Vec<String> {
+        let strategy = crate::protocols::agent_socket::fuzz::strategy(vec!["m".into()]);
+        let mut runner = runner_for(seed);
+        (0..50)
+            .map(|_| format!("{:?}", strategy.new_tree(&mut runner).unwrap().current()))
+            .collect()
+    }
+
+    #[test]
+    fn a_seed_means_the_same_inputs() {
+        assert_eq!(first_inputs(9), first_inputs(9));
+        assert_ne!(first_inputs(9), first_inputs(10));
+    }
+
+    #[test]
+    fn a_failure_is_classed_by_its_first_rule() {
+        let mut r = invalid_case(&json!("x"), String::new());
+        assert_eq!(class_by_rule(&r, "s"), "conform could not run the input");
+        r.outcome = Outcome::Fail;
+        r.message = "step 1: x\n[MUST acp.jsonrpc.id-echo] the response to 7".into();
+        assert_eq!(class_by_rule(&r, "s"), "acp.jsonrpc.id-echo");
+        r.message = "a probe request (_conform/probe): no answer within 5s".into();
+        assert_eq!(class_by_rule(&r, "stopped"), "stopped");
+    }
 }

@@ -34,10 +34,17 @@ pub fn serialize(value: &Value, pretty: bool) -> Vec<u8> {
     let mut rest = text.as_str();
     while let Some(at) = rest.find(marker) {
         out.push_str(&rest[..at]);
-        let after = &rest[at + marker.len()..];
-        let end = after.find('"').unwrap_or(after.len());
-        out.push_str(&after[..end]);
-        rest = after.get(end + 1..).unwrap_or("");
+        // The end of the JSON string literal: the first quote not escaped.
+        let literal = &rest[at..];
+        let mut end = 1;
+        let bytes = literal.as_bytes();
+        while end < bytes.len() && bytes[end] != b'"' {
+            end += if bytes[end] == b'\\' { 2 } else { 1 };
+        }
+        let end = (end + 1).min(literal.len());
+        let raw: String = serde_json::from_str(&literal[..end]).unwrap_or_default();
+        out.push_str(raw.strip_prefix(RAW_MARK).unwrap_or(&raw));
+        rest = &literal[end..];
     }
     out.push_str(rest);
     out.into_bytes()
@@ -467,19 +474,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn damage_stays_in_bounds() {
-        let mut crlf = false;
-        for g in [
-            Garble::Truncate(Index::from(usize::MAX)),
-            Garble::Newline(Index::from(0usize)),
-            Garble::InvalidUtf8(Index::from(usize::MAX / 2), 3),
-            Garble::Nul(Index::from(7usize)),
-        ] {
-            let mut b = Vec::new();
+    proptest! {
+        #[test]
+        fn damage_adds_at_most_four_bytes(body in prop::collection::vec(any::<u8>(), 0..40), g in garble()) {
+            let mut crlf = false;
+            let mut b = body.clone();
             damage(&mut b, &g, &mut crlf);
-            let mut b = b"{}".to_vec();
-            damage(&mut b, &g, &mut crlf);
+            prop_assert!(b.len() <= body.len() + 4);
+            if let Garble::Truncate(_) = g {
+                prop_assert!(body.starts_with(&b));
+            }
         }
     }
 }

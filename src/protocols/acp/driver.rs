@@ -592,7 +592,7 @@ impl CaseRun<'_> {
             // to be answered like any other, with their own ids.
             for line in bytes.split(|b| *b == b'\n').take(64) {
                 if line.len() <= table::LINE_LIMIT
-                    && let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(line)
+                    && let Ok(v @ Value::Object(_)) = crate::jsonrpc::parse_json(line)
                 {
                     if v.get("id").is_some_and(Value::is_null) {
                         self.monitor.sent_null_id_request();

@@ -237,7 +237,7 @@ impl Monitor {
             }
         };
         // "The agent MUST NOT write anything to its stdout that is not a valid ACP message."
-        let value: Value = match serde_json::from_str(text) {
+        let value: Value = match crate::jsonrpc::parse_json(text.as_bytes()) {
             Ok(v) => v,
             Err(e) => {
                 self.violate(

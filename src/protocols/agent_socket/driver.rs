@@ -320,7 +320,7 @@ fn raw_request_id(bytes: &[u8]) -> Option<Option<Value>> {
         return None;
     }
     let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    match serde_json::from_slice::<Value>(line) {
+    match crate::jsonrpc::parse_json(line) {
         Ok(Value::Object(o)) => Some(o.get("id").cloned()),
         Ok(_) => Some(None),
         Err(e) if e.to_string().contains("recursion limit") => None,

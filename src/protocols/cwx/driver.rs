@@ -99,7 +99,11 @@ impl Watch {
             rest = &rest[used..];
             match item {
                 Some(Ok(payload)) => {
-                    let Ok(v) = serde_json::from_slice::<Value>(&payload) else {
+                    // A payload a strict parser refuses may be answered with a null id.
+                    if serde_json::from_slice::<Value>(&payload).is_err() {
+                        self.odd_ids.push(Value::Null);
+                    }
+                    let Ok(v) = crate::jsonrpc::parse_json(&payload) else {
                         self.odd_ids.push(Value::Null);
                         continue;
                     };
@@ -122,7 +126,7 @@ impl Watch {
 
     /// Reads one payload; returns a request of the host's to answer.
     fn received(&mut self, payload: &[u8]) -> Option<(u64, String, Value)> {
-        let value: Value = match serde_json::from_slice(payload) {
+        let value: Value = match crate::jsonrpc::parse_json(payload) {
             Ok(v) => v,
             Err(e) => {
                 // "Frame: 4-byte magic `CWX1`, u32 little-endian payload length, UTF-8 JSON."

@@ -1,0 +1,193 @@
+//! `conform fuzz` end to end: the references survive generated inputs; a
+//! server that dies on one and a server that hangs on a schedule are found,
+//! shrunk, written as case files, and those files replay with `conform run
+//! --case`: failing the broken server, passing the references.
+
+mod support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use support::{conform, fixture_target, python_available};
+
+struct Fuzzed {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    findings: Vec<PathBuf>,
+}
+
+fn fuzz(protocol: &str, target: &str, out: &Path, extra: &[&str]) -> Fuzzed {
+    let o = conform()
+        .args(["fuzz", "--protocol", protocol, "--target", target, "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let mut findings: Vec<PathBuf> = std::fs::read_dir(out)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    findings.sort();
+    Fuzzed {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        findings,
+    }
+}
+
+fn replay(protocol: &str, target: &str, file: &Path, id: &str) -> (Option<i32>, Value) {
+    let o = conform()
+        .args([
+            "run",
+            "--protocol",
+            protocol,
+            "--target",
+            target,
+            "--format",
+            "json",
+        ])
+        .arg("--case")
+        .arg(file)
+        .args(["--filter", id])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), report)
+}
+
+#[test]
+fn the_builtin_server_survives_5000_generated_connections() {
+    let out = tempfile::tempdir().unwrap();
+    let f = fuzz(
+        "agent-socket",
+        "builtin",
+        out.path(),
+        &["--cases", "5000", "--seed", "1"],
+    );
+    assert_eq!(f.code, Some(0), "{}\n{}", f.stdout, f.stderr);
+    assert!(f.stdout.contains("5000 inputs"), "{}", f.stdout);
+    assert!(f.stdout.contains("no findings"), "{}", f.stdout);
+    assert!(f.findings.is_empty());
+    assert!(f.stderr.contains("seed 1"), "the seed is printed");
+}
+
+#[test]
+fn the_builtin_agent_and_host_survive_generated_inputs() {
+    // 5000 each with the release binary is in the README; a debug build
+    // spawns a reference per input, so the test takes fewer.
+    for (protocol, extra) in [
+        ("acp", vec![]),
+        ("cwx", vec![]),
+        ("cwx", vec!["--tier", "builtin"]),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec!["--cases", "400", "--seed", "2", "-j", "8"];
+        args.extend(extra);
+        let f = fuzz(protocol, "builtin", out.path(), &args);
+        assert_eq!(f.code, Some(0), "{protocol}: {}\n{}", f.stdout, f.stderr);
+        assert!(f.stdout.contains("no findings"), "{protocol}: {}", f.stdout);
+    }
+}
+
+/// Fuzzes a broken fixture server until it is found, and checks the
+/// reproducer: shrunk, with its provenance, failing the broken server again
+/// and passing the builtin and the conformant fixture.
+fn finds_and_replays(deviation: &str, seed: &str, check: impl Fn(&Value)) {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let broken = fixture_target(&format!("--deviation {deviation}"));
+    let f = fuzz(
+        "agent-socket",
+        &broken,
+        out.path(),
+        &[
+            "--cases",
+            "5000",
+            "--seed",
+            seed,
+            "--timeout",
+            "1",
+            "--shrink-time",
+            "40",
+        ],
+    );
+    assert_eq!(f.code, Some(1), "{deviation}: {}\n{}", f.stdout, f.stderr);
+    assert!(f.stdout.contains("FAIL agent-socket/fuzz/"), "{}", f.stdout);
+    assert_eq!(f.findings.len(), 1, "one reproducer: {:?}", f.findings);
+    let file = &f.findings[0];
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let p = &written["provenance"];
+    assert_eq!(
+        p["seed"].as_str().map(str::to_owned),
+        None,
+        "the seed is a number"
+    );
+    assert_eq!(p["seed"], seed.parse::<u64>().unwrap());
+    assert_eq!(p["target"], broken);
+    assert_eq!(p["reproduced_alone"], true, "{p:#}");
+    assert!(
+        p["oracle"].as_str().unwrap().contains("no longer serves"),
+        "{p:#}"
+    );
+    let case = &written["cases"][0];
+    check(case);
+    let id = case["id"].as_str().unwrap();
+    let (code, report) = replay("agent-socket", &broken, file, id);
+    assert_eq!(
+        code,
+        Some(1),
+        "the reproducer fails the broken server: {report:#}"
+    );
+    assert_eq!(report["summary"]["total"], 1);
+    for good in ["builtin".to_owned(), fixture_target("")] {
+        let (code, report) = replay("agent-socket", &good, file, id);
+        assert_eq!(code, Some(0), "{good} passes the reproducer: {report:#}");
+        assert_eq!(report["summary"]["passed"], 1, "{report:#}");
+    }
+}
+
+/// The bytes of the case's first step.
+fn first_bytes(case: &Value) -> Vec<u8> {
+    let step = &case["steps"][0];
+    match (step.get("raw"), step.get("rawHex")) {
+        (Some(Value::String(t)), _) => t.clone().into_bytes(),
+        (_, Some(Value::String(h))) => (0..h.len() / 2)
+            .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+            .collect(),
+        _ => panic!("no bytes in {case:#}"),
+    }
+}
+
+#[test]
+fn a_server_that_dies_on_array_params_is_found_and_replayed() {
+    finds_and_replays("die-on-array-params", "3", |case| {
+        // Shrunk to what matters: a request whose params are an array.
+        let bytes = String::from_utf8_lossy(&first_bytes(case)).into_owned();
+        assert!(bytes.contains(r#""params":["#), "{bytes}");
+        assert!(bytes.len() < 400, "shrunk: {bytes}");
+    });
+}
+
+#[test]
+fn a_server_that_hangs_on_a_split_line_is_found_and_replayed() {
+    finds_and_replays("hang-on-split-line", "4", |case| {
+        // What makes the line arrive in pieces: a pause, a connection left
+        // open (or half-closed) before its newline.
+        let step = &case["steps"][0];
+        let bytes = first_bytes(case);
+        let split =
+            step.get("pauses").is_some() || !bytes.ends_with(b"\n") || bytes.len() > 64 * 1024;
+        assert!(split, "{step:#}");
+    });
+}
+
+#[test]
+fn zero_inputs_is_a_usage_error() {
+    let out = tempfile::tempdir().unwrap();
+    let f = fuzz("agent-socket", "builtin", out.path(), &["--cases", "0"]);
+    assert_eq!(f.code, Some(2));
+    assert!(f.stderr.contains("zero inputs"), "{}", f.stderr);
+}
