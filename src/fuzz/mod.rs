@@ -15,6 +15,7 @@
 //! a simpler input that fails the same way (see [`Harness::class`]) is kept.
 
 pub mod strategies;
+pub mod targets;
 
 use crate::error::RunError;
 use crate::outcome::{CaseResult, Outcome};

@@ -1,0 +1,2 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| conform::fuzz::targets::jsonrpc_reply(data));
