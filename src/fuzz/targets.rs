@@ -10,8 +10,11 @@ use crate::wire::LineDecoder;
 use crate::wire::frame::{self, FrameDecoder, MAX_FRAME};
 use serde_json::Value;
 
+/// A fuzz target: arbitrary bytes in, a panic when its oracle fails.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` calls it.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("line_decoder", line_decoder),
     ("frame_decoder", frame_decoder),
     ("frame_round_trip", frame_round_trip),
