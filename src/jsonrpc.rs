@@ -235,9 +235,106 @@ fn replace_surrogate_escapes(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The top-level members of a JSON object, read without building the
+/// nested values: each member whose value `parse_json` can read, the others
+/// left out. conform reads the id and method of a message nested deeper than
+/// serde_json goes (128 levels) this way, as a peer with a deeper parser
+/// would. `None` when the text is not an object at the top.
+pub fn shallow_object(bytes: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    let mut i = skip_ws(bytes, 0);
+    if bytes.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut out = serde_json::Map::new();
+    loop {
+        i = skip_ws(bytes, i);
+        match bytes.get(i)? {
+            b'}' => return Some(out),
+            b',' => {
+                i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_end = string_end(bytes, i)?;
+        let key: String = serde_json::from_slice(&bytes[i..key_end]).ok()?;
+        i = skip_ws(bytes, key_end);
+        if bytes.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(bytes, i + 1);
+        let start = i;
+        let mut depth = 0usize;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'"' => {
+                    i = string_end(bytes, i)?;
+                    continue;
+                }
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' if depth > 0 => depth -= 1,
+                b',' | b'}' if depth == 0 => break,
+                _ => {}
+            }
+            i += 1;
+        }
+        if let Ok(v) = parse_json(&bytes[start..i]) {
+            out.insert(key, v);
+        }
+    }
+}
+
+fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+    while bytes.get(i).is_some_and(|b| b" \t\r\n".contains(b)) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the string starting at `start` (a quote).
+fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// A message as conform best reads it: whole when it can, else its
+/// top-level members (see [`shallow_object`]).
+pub fn read_message(bytes: &[u8]) -> Option<Value> {
+    match parse_json(bytes) {
+        Ok(v) => Some(v),
+        Err(_) => shallow_object(bytes).map(Value::Object),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_too_deep_for_serde_still_shows_its_id() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":101,"method":"m","params":{}{{}}{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        assert!(serde_json::from_str::<Value>(&deep).is_err());
+        let v = read_message(deep.as_bytes()).unwrap();
+        assert_eq!(v["id"], 101);
+        assert_eq!(v["method"], "m");
+        assert!(v.get("params").is_none());
+        assert!(read_message(b"[1]").unwrap().is_array());
+        assert!(read_message(br#"{"a":"}\"","id":2}"#).unwrap()["id"] == 2);
+        assert!(read_message(b"{\"id\":").is_none());
+    }
 
     #[test]
     fn lone_surrogates_read_as_python_reads_them() {

@@ -12,6 +12,8 @@ use support::{Double, run_doubles};
 /// Deviations caught by some cases: the case ids (without `acp/`) each must
 /// fail (MUST) and warn (SHOULD), and nothing else.
 const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
+    // Found by conform fuzz first (tests/fuzz.rs).
+    ("die-on-big-id", &["jsonrpc/id-large"], &[]),
     (
         "answer-notifications",
         &[

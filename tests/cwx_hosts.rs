@@ -31,6 +31,8 @@ const TOY: &str = "/conform/toy-extension/index.js#5d41402abc4b2a76b9719d911017c
 /// Deviations of `tests/fixtures/cwx_host.py` caught by some cases: the
 /// case ids (without `cwx/`) each must fail and warn, and nothing else.
 const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
+    // Found by conform fuzz first (tests/fuzz.rs); ids/large-request-id is its regression case.
+    ("die-on-large-id", &["ids/large-request-id"], &[]),
     ("activate-missing-crash", &["activate/missing-entry"], &[]),
     ("activate-missing-error", &["activate/missing-entry"], &[]),
     ("bad-magic-ignored", &["frame/bad-magic-ends-host"], &[]),

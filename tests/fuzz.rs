@@ -89,18 +89,24 @@ fn the_builtin_agent_and_host_survive_generated_inputs() {
     }
 }
 
-/// Fuzzes a broken fixture server until it is found, and checks the
-/// reproducer: shrunk, with its provenance, failing the broken server again
-/// and passing the builtin and the conformant fixture.
-fn finds_and_replays(deviation: &str, seed: &str, check: impl Fn(&Value)) {
+/// Fuzzes a broken fixture until it is found, and checks the reproducer:
+/// shrunk, with its provenance, failing the broken target again and passing
+/// the builtin reference and the conformant fixture.
+fn finds_and_replays(
+    protocol: &str,
+    fixture: impl Fn(&str) -> String,
+    deviation: &str,
+    seed: &str,
+    check: impl Fn(&Value),
+) {
     if !python_available() {
         eprintln!("skipped: python3 is not available");
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let broken = fixture_target(&format!("--deviation {deviation}"));
+    let broken = fixture(&format!("--deviation {deviation}"));
     let f = fuzz(
-        "agent-socket",
+        protocol,
         &broken,
         out.path(),
         &[
@@ -109,44 +115,52 @@ fn finds_and_replays(deviation: &str, seed: &str, check: impl Fn(&Value)) {
             "--seed",
             seed,
             "--timeout",
-            "1",
+            "2",
             "--shrink-time",
             "40",
+            "-j",
+            "8",
         ],
     );
     assert_eq!(f.code, Some(1), "{deviation}: {}\n{}", f.stdout, f.stderr);
-    assert!(f.stdout.contains("FAIL agent-socket/fuzz/"), "{}", f.stdout);
+    assert!(
+        f.stdout.contains(&format!("FAIL {protocol}/fuzz/")),
+        "{}",
+        f.stdout
+    );
     assert_eq!(f.findings.len(), 1, "one reproducer: {:?}", f.findings);
     let file = &f.findings[0];
     let written: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let p = &written["provenance"];
-    assert_eq!(
-        p["seed"].as_str().map(str::to_owned),
-        None,
-        "the seed is a number"
-    );
-    assert_eq!(p["seed"], seed.parse::<u64>().unwrap());
+    assert_eq!(p["seed"], seed.parse::<u64>().unwrap(), "{p:#}");
     assert_eq!(p["target"], broken);
+    assert_eq!(p["protocol"], protocol);
     assert_eq!(p["reproduced_alone"], true, "{p:#}");
-    assert!(
-        p["oracle"].as_str().unwrap().contains("no longer serves"),
-        "{p:#}"
-    );
     let case = &written["cases"][0];
     check(case);
     let id = case["id"].as_str().unwrap();
-    let (code, report) = replay("agent-socket", &broken, file, id);
+    let (code, report) = replay(protocol, &broken, file, id);
     assert_eq!(
         code,
         Some(1),
-        "the reproducer fails the broken server: {report:#}"
+        "the reproducer fails the broken target: {report:#}"
     );
     assert_eq!(report["summary"]["total"], 1);
-    for good in ["builtin".to_owned(), fixture_target("")] {
-        let (code, report) = replay("agent-socket", &good, file, id);
+    for good in ["builtin".to_owned(), fixture("")] {
+        let (code, report) = replay(protocol, &good, file, id);
         assert_eq!(code, Some(0), "{good} passes the reproducer: {report:#}");
-        assert_eq!(report["summary"]["passed"], 1, "{report:#}");
+        assert_eq!(report["summary"]["failed"], 0, "{report:#}");
     }
+}
+
+fn acp_fixture(args: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/acp_agent.py");
+    format!("exec:python3 {} {args}", path.display())
+}
+
+fn cwx_fixture(args: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cwx_host.py");
+    format!("exec:python3 {} --tier plugin {args}", path.display())
 }
 
 /// The bytes of the case's first step.
@@ -163,24 +177,53 @@ fn first_bytes(case: &Value) -> Vec<u8> {
 
 #[test]
 fn a_server_that_dies_on_array_params_is_found_and_replayed() {
-    finds_and_replays("die-on-array-params", "3", |case| {
-        // Shrunk to what matters: a request whose params are an array.
-        let bytes = String::from_utf8_lossy(&first_bytes(case)).into_owned();
-        assert!(bytes.contains(r#""params":["#), "{bytes}");
-        assert!(bytes.len() < 400, "shrunk: {bytes}");
-    });
+    finds_and_replays(
+        "agent-socket",
+        fixture_target,
+        "die-on-array-params",
+        "3",
+        |case| {
+            // Shrunk to what matters: a request whose params are an array.
+            let bytes = String::from_utf8_lossy(&first_bytes(case)).into_owned();
+            assert!(bytes.contains(r#""params":["#), "{bytes}");
+            assert!(bytes.len() < 400, "shrunk: {bytes}");
+        },
+    );
 }
 
 #[test]
 fn a_server_that_hangs_on_a_split_line_is_found_and_replayed() {
-    finds_and_replays("hang-on-split-line", "4", |case| {
-        // What makes the line arrive in pieces: a pause, a connection left
-        // open (or half-closed) before its newline.
-        let step = &case["steps"][0];
+    finds_and_replays(
+        "agent-socket",
+        fixture_target,
+        "hang-on-split-line",
+        "4",
+        |case| {
+            // What makes the line arrive in pieces: a pause, a connection left
+            // open (or half-closed) before its newline.
+            let step = &case["steps"][0];
+            let bytes = first_bytes(case);
+            let split =
+                step.get("pauses").is_some() || !bytes.ends_with(b"\n") || bytes.len() > 64 * 1024;
+            assert!(split, "{step:#}");
+        },
+    );
+}
+
+#[test]
+fn an_agent_that_dies_on_a_large_id_is_found_and_replayed() {
+    finds_and_replays("acp", acp_fixture, "die-on-big-id", "5", |case| {
+        // A well-formed request, so its survival is a MUST.
+        assert_eq!(case["level"], "MUST", "{case:#}");
+    });
+}
+
+#[test]
+fn a_host_that_dies_on_a_large_id_is_found_and_replayed() {
+    finds_and_replays("cwx", cwx_fixture, "die-on-large-id", "5", |case| {
         let bytes = first_bytes(case);
-        let split =
-            step.get("pauses").is_some() || !bytes.ends_with(b"\n") || bytes.len() > 64 * 1024;
-        assert!(split, "{step:#}");
+        let text = String::from_utf8_lossy(&bytes[8..]).into_owned();
+        assert!(text.contains(r#""id":"#), "{text}");
     });
 }
 

@@ -592,7 +592,7 @@ impl CaseRun<'_> {
             // to be answered like any other, with their own ids.
             for line in bytes.split(|b| *b == b'\n').take(64) {
                 if line.len() <= table::LINE_LIMIT
-                    && let Ok(v @ Value::Object(_)) = crate::jsonrpc::parse_json(line)
+                    && let Some(v @ Value::Object(_)) = crate::jsonrpc::read_message(line)
                 {
                     if v.get("id").is_some_and(Value::is_null) {
                         self.monitor.sent_null_id_request();

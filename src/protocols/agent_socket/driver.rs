@@ -313,18 +313,16 @@ impl Session {
 }
 
 /// The id in a raw request line, as far as conform can tell: `Some(None)`
-/// for bytes that are not a request with an id, `None` for bytes it cannot
-/// read (too large, or nested past serde_json's limit).
+/// for bytes that are not a request with an id, `None` for bytes too large
+/// to read.
 fn raw_request_id(bytes: &[u8]) -> Option<Option<Value>> {
     if bytes.len() > 1024 * 1024 {
         return None;
     }
     let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    match crate::jsonrpc::parse_json(line) {
-        Ok(Value::Object(o)) => Some(o.get("id").cloned()),
-        Ok(_) => Some(None),
-        Err(e) if e.to_string().contains("recursion limit") => None,
-        Err(_) => Some(None),
+    match crate::jsonrpc::read_message(line) {
+        Some(Value::Object(o)) => Some(o.get("id").cloned()),
+        _ => Some(None),
     }
 }
 

@@ -103,7 +103,7 @@ impl Watch {
                     if serde_json::from_slice::<Value>(&payload).is_err() {
                         self.odd_ids.push(Value::Null);
                     }
-                    let Ok(v) = crate::jsonrpc::parse_json(&payload) else {
+                    let Some(v) = crate::jsonrpc::read_message(&payload) else {
                         self.odd_ids.push(Value::Null);
                         continue;
                     };
