@@ -1,5 +1,6 @@
 //! The `conform` command line (DESIGN.md: extend it, never break it).
 
+use crate::baseline::Baseline;
 use crate::case::Case;
 use crate::case::{self, filter_matches};
 use crate::error::RunError;
@@ -72,6 +73,18 @@ pub struct RunArgs {
     /// cases that need a loaded extension (builtin: its toy extension).
     #[arg(long)]
     pub extension: Option<String>,
+    /// Run only shard K of N (1-based): the selected cases dealt out in turn,
+    /// so N runs with K = 1..N run every case exactly once.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// Print the cases the run would select, and run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Known failures, each with a reason (JSON): a listed failure does not
+    /// fail the run, an unlisted one does, a listed case that passes is stale
+    /// and fails the run.
+    #[arg(long, value_name = "FILE")]
+    pub expected_failures: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +137,9 @@ pub struct ListArgs {
     pub role: Option<String>,
     #[arg(long)]
     pub filter: Option<String>,
+    /// Only shard K of N, as `run --shard` deals them.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -238,9 +254,14 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             eprintln!("{line}");
         }
     };
-    let report = match args.protocol {
+    let baseline: Option<Baseline>;
+    let mut report = match args.protocol {
         Protocol::Cwx => {
-            let cases = selected(cwx::load_cases(&extra)?, args.filter.as_deref())?;
+            let Some((cases, b)) = prepare(cwx::load_cases(&extra)?, &args, &cwx::catalogue())?
+            else {
+                return Ok(0);
+            };
+            baseline = b;
             let tier = parse_tier(&args.tier)?;
             let extension = match &args.extension {
                 None => None,
@@ -265,7 +286,11 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             cwx::run(&options, cases, &mut progress).await?
         }
         Protocol::Acp => {
-            let cases = selected(acp::load_cases(&extra)?, args.filter.as_deref())?;
+            let Some((cases, b)) = prepare(acp::load_cases(&extra)?, &args, &acp::catalogue())?
+            else {
+                return Ok(0);
+            };
+            baseline = b;
             let options = acp::RunOptions {
                 target,
                 jobs: jobs.max(1),
@@ -275,7 +300,15 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             acp::run(&options, cases, &mut progress).await?
         }
         _ => {
-            let cases = selected(agent_socket::load_cases(&extra)?, args.filter.as_deref())?;
+            let Some((cases, b)) = prepare(
+                agent_socket::load_cases(&extra)?,
+                &args,
+                &agent_socket::catalogue(),
+            )?
+            else {
+                return Ok(0);
+            };
+            baseline = b;
             let options = agent_socket::RunOptions {
                 target,
                 jobs: jobs.max(1),
@@ -285,6 +318,9 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             agent_socket::run(&options, cases, &mut progress).await?
         }
     };
+    if let Some(b) = &baseline {
+        b.apply(&mut report);
+    }
     let text = if live_stdout {
         report::human(&report, false)
     } else {
@@ -384,10 +420,62 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
     Ok(report.exit_code())
 }
 
-/// The cases `--filter` selects; none is a usage error.
-fn selected<S>(mut cases: Vec<Case<S>>, filter: Option<&str>) -> Result<Vec<Case<S>>, RunError> {
+type Prepared<S> = Option<(Vec<Case<S>>, Option<Baseline>)>;
+
+/// What a run selected and the baseline to apply to it; `None` when
+/// `--dry-run` printed the selection instead. A bad baseline is a usage
+/// error before the target starts.
+fn prepare<S>(
+    all: Vec<Case<S>>,
+    args: &RunArgs,
+    catalogue: &Catalogue,
+) -> Result<Prepared<S>, RunError> {
+    let ids: Vec<String> = all.iter().map(|c| c.id.clone()).collect();
+    let baseline = match &args.expected_failures {
+        Some(path) => Some(Baseline::load(path, &ids)?),
+        None => None,
+    };
+    let cases = selected(all, args.filter.as_deref(), args.shard.as_deref())?;
+    if args.dry_run {
+        print_cases(&cases, catalogue, false)?;
+        return Ok(None);
+    }
+    Ok(Some((cases, baseline)))
+}
+
+/// Parses `K/N`: shard K (from 1) of N.
+fn parse_shard(s: &str) -> Result<(usize, usize), RunError> {
+    let bad = || RunError::Usage(format!("--shard is K/N with 1 <= K <= N, not {s:?}"));
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (
+        k.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if k == 0 || n == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
+
+/// The cases `--filter` and `--shard` select; none is a usage error.
+fn selected<S>(
+    mut cases: Vec<Case<S>>,
+    filter: Option<&str>,
+    shard: Option<&str>,
+) -> Result<Vec<Case<S>>, RunError> {
     if let Some(f) = filter {
         cases.retain(|c| filter_matches(f, &c.id));
+    }
+    if let Some(s) = shard {
+        let (k, n) = parse_shard(s)?;
+        // Dealt in turn over the corpus's order, which every shard of a CI
+        // matrix loads the same way: each case lands in exactly one shard.
+        cases = cases
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % n == k - 1)
+            .map(|(_, c)| c)
+            .collect();
     }
     if cases.is_empty() {
         return Err(RunError::Usage(
@@ -406,17 +494,29 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
     check_role(args.protocol, args.role.as_deref())?;
     match args.protocol {
         Protocol::Cwx => print_cases(
-            &selected(cwx::load_cases(&[])?, args.filter.as_deref())?,
+            &selected(
+                cwx::load_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
             &cwx::catalogue(),
             args.json,
         ),
         Protocol::Acp => print_cases(
-            &selected(acp::load_cases(&[])?, args.filter.as_deref())?,
+            &selected(
+                acp::load_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
             &acp::catalogue(),
             args.json,
         ),
         _ => print_cases(
-            &selected(agent_socket::load_cases(&[])?, args.filter.as_deref())?,
+            &selected(
+                agent_socket::load_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
             &agent_socket::catalogue(),
             args.json,
         ),

@@ -5,6 +5,7 @@
 //! case model (sans-IO), `transport` (the only tokio I/O), the runner, the
 //! reports and the command line.
 
+pub mod baseline;
 pub mod case;
 pub mod cli;
 pub mod corpus;

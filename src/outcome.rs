@@ -107,6 +107,16 @@ pub struct Summary {
     pub info: usize,
     pub skipped: usize,
     pub errors: usize,
+    /// Failures an `--expected-failures` list waives (counted in `failed` too).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waived: usize,
+    /// Listed expected failures that passed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stale: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -142,13 +152,20 @@ pub struct RunReport {
     /// Run-level observations: the target's stderr tail, how it ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Failures waived by `--expected-failures`: case id -> reason.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub waivers: std::collections::BTreeMap<String, String>,
+    /// Listed expected failures that passed: they fail the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
 }
 
 impl RunReport {
     /// Exit status per DESIGN.md: 1 when a case failed. An `error` outcome is
     /// conform's own failure to run a case, which must not pass silently either.
     pub fn exit_code(&self) -> i32 {
-        if self.summary.failed > 0 || self.summary.errors > 0 {
+        let failed = self.summary.failed - self.summary.waived.min(self.summary.failed);
+        if failed > 0 || self.summary.errors > 0 || self.summary.stale > 0 {
             1
         } else {
             0

@@ -62,7 +62,9 @@ fn the_builtin_server_survives_5000_generated_connections() {
         "agent-socket",
         "builtin",
         out.path(),
-        &["--cases", "5000", "--seed", "1"],
+        // A generous bound: nothing here should hang, and a loaded CI
+        // machine must not turn a slow answer into a finding.
+        &["--cases", "5000", "--seed", "1", "--timeout", "20"],
     );
     assert_eq!(f.code, Some(0), "{}\n{}", f.stdout, f.stderr);
     assert!(f.stdout.contains("5000 inputs"), "{}", f.stdout);
@@ -81,7 +83,16 @@ fn the_builtin_agent_and_host_survive_generated_inputs() {
         ("cwx", vec!["--tier", "builtin"]),
     ] {
         let out = tempfile::tempdir().unwrap();
-        let mut args = vec!["--cases", "400", "--seed", "2", "-j", "8"];
+        let mut args = vec![
+            "--cases",
+            "400",
+            "--seed",
+            "2",
+            "-j",
+            "8",
+            "--timeout",
+            "20",
+        ];
         args.extend(extra);
         let f = fuzz(protocol, "builtin", out.path(), &args);
         assert_eq!(f.code, Some(0), "{protocol}: {}\n{}", f.stdout, f.stderr);

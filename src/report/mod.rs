@@ -51,7 +51,10 @@ fn summary_line(report: &RunReport) -> String {
         s.skipped,
         s.errors,
         if report.strict { " (strict)" } else { "" }
-    )
+    ) + &match (s.waived, s.stale) {
+        (0, 0) => String::new(),
+        (w, st) => format!("; {w} expected failures waived, {st} stale"),
+    }
 }
 
 fn transcript_text(r: &CaseResult, out: &mut String, indent: &str) {
@@ -103,6 +106,9 @@ pub fn human(report: &RunReport, with_list: bool) -> String {
             c.level.as_str(),
             c.title
         );
+        if let Some(reason) = report.waivers.get(&c.id) {
+            let _ = writeln!(out, "  expected failure (waived): {reason}");
+        }
         let _ = writeln!(out, "  requirements: {}", c.requirements.join(", "));
         for line in c.message.lines() {
             let _ = writeln!(out, "  {line}");

@@ -135,6 +135,8 @@ pub async fn run(
         summary: Summary::of(&results),
         cases: results,
         notes,
+        waivers: Default::default(),
+        stale: vec![],
     })
 }
 

@@ -255,5 +255,7 @@ pub async fn run(
         summary: Summary::of(&results),
         cases: results,
         notes,
+        waivers: Default::default(),
+        stale: vec![],
     })
 }
