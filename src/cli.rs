@@ -85,6 +85,10 @@ pub struct RunArgs {
     /// and fails the run.
     #[arg(long, value_name = "FILE")]
     pub expected_failures: Option<PathBuf>,
+    /// Write every case's transcript (both directions, with times) to DIR,
+    /// one JSON file a case; secrets are redacted as in every report.
+    #[arg(long, value_name = "DIR")]
+    pub transcripts: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -320,6 +324,10 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     };
     if let Some(b) = &baseline {
         b.apply(&mut report);
+    }
+    crate::redact::Redactor::from_env().report(&mut report);
+    if let Some(dir) = &args.transcripts {
+        report::write_transcripts(&report, dir)?;
     }
     let text = if live_stdout {
         report::human(&report, false)

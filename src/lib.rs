@@ -15,6 +15,7 @@ pub mod jsonrpc;
 pub mod matcher;
 pub mod outcome;
 pub mod protocols;
+pub mod redact;
 pub mod report;
 pub mod requirements;
 pub mod runner;

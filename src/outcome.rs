@@ -82,6 +82,9 @@ pub struct TranscriptEntry {
 /// The most of one message a transcript keeps; the report says when it cut.
 pub const TRANSCRIPT_ENTRY_LIMIT: usize = 2048;
 
+/// The most entries one case's transcript keeps.
+pub const TRANSCRIPT_ENTRIES: usize = 400;
+
 /// The record of one case.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {

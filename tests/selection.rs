@@ -197,3 +197,80 @@ fn a_baseline_naming_no_case_or_without_a_reason_is_a_usage_error() {
         assert_eq!(code, Some(2), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn transcripts_are_written_for_every_case_with_secrets_redacted() {
+    let secret = "conform-s3cret-value-0987";
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("echo.json");
+    std::fs::write(
+        &case,
+        json!({"cases": [{
+            "id": "agent-socket/local/echo-secret",
+            "title": "The sandbox echoes a value of the environment",
+            "level": "MUST",
+            "requirements": ["as.exec.result"],
+            "needs": ["sandbox"],
+            "steps": [{"send": {"method": "sandbox/execute", "params": {
+                "command": "printf '%s Bearer abcdefghijklmnopqrstu' \"$CONFORM_TEST_API_KEY\"",
+                "cwd": "${workspace}", "timeout": 30}},
+                "expect": {"reply": "result"}}]
+        }]})
+        .to_string(),
+    )
+    .unwrap();
+    let transcripts = dir.path().join("transcripts");
+    let out = conform()
+        .env("CONFORM_TEST_API_KEY", secret)
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--format",
+            "json",
+            "--case",
+        ])
+        .arg(&case)
+        .args([
+            "--filter",
+            "agent-socket/local/,agent-socket/handshake/version",
+        ])
+        .arg("--transcripts")
+        .arg(&transcripts)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(secret));
+    let mut names: Vec<String> = std::fs::read_dir(&transcripts)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "agent-socket.handshake.version.json",
+            "agent-socket.local.echo-secret.json"
+        ]
+    );
+    let text =
+        std::fs::read_to_string(transcripts.join("agent-socket.local.echo-secret.json")).unwrap();
+    assert!(!text.contains(secret), "{text}");
+    assert!(!text.contains("abcdefghijklmnopqrstu"), "{text}");
+    assert!(text.contains("[redacted:CONFORM_TEST_API_KEY]"), "{text}");
+    let written: Value = serde_json::from_str(&text).unwrap();
+    let dirs: Vec<&str> = written["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["dir"].as_str().unwrap())
+        .collect();
+    assert_eq!(dirs, ["sent", "received"], "{written:#}");
+    assert_eq!(written["outcome"], "pass");
+}

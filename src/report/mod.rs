@@ -281,3 +281,46 @@ fn markdown(report: &RunReport) -> String {
     }
     out
 }
+
+/// Writes one JSON file a case into `dir`: its outcome, message and whole
+/// recorded transcript, with the bounds the recording keeps.
+pub fn write_transcripts(
+    report: &RunReport,
+    dir: &std::path::Path,
+) -> Result<(), crate::error::RunError> {
+    let fail = |e: std::io::Error| {
+        crate::error::RunError::Conform(format!(
+            "cannot write transcripts to {}: {e}",
+            dir.display()
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    for c in &report.cases {
+        let name: String =
+            c.id.chars()
+                .map(|ch| {
+                    if ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' {
+                        ch
+                    } else {
+                        '.'
+                    }
+                })
+                .collect();
+        let body = serde_json::json!({
+            "id": c.id,
+            "outcome": c.outcome,
+            "level": c.level,
+            "message": c.message,
+            "target": report.target,
+            "bound": format!(
+                "each entry keeps at most {} characters, and a case at most {} entries; times are milliseconds from the case's start",
+                crate::outcome::TRANSCRIPT_ENTRY_LIMIT,
+                crate::outcome::TRANSCRIPT_ENTRIES
+            ),
+            "transcript": c.transcript,
+        });
+        let text = serde_json::to_string_pretty(&body).unwrap_or_default() + "\n";
+        std::fs::write(dir.join(format!("{name}.json")), text).map_err(fail)?;
+    }
+    Ok(())
+}

@@ -26,8 +26,6 @@ const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
 const WAIT_FOR_DEADLINE: Duration = Duration::from_secs(30);
 /// How long the agent has to exit after its stdin closes, at the end of a case.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
-/// The most transcript entries a case keeps.
-const TRANSCRIPT_ENTRIES: usize = 400;
 
 /// What conform learned about the agent before the cases ran.
 #[derive(Debug, Clone)]
@@ -344,7 +342,7 @@ impl Context {
 
 impl CaseRun<'_> {
     fn log(&mut self, dir: Direction, data: &[u8]) {
-        if self.transcript.len() >= TRANSCRIPT_ENTRIES {
+        if self.transcript.len() >= crate::outcome::TRANSCRIPT_ENTRIES {
             return;
         }
         self.transcript.push(TranscriptEntry {

@@ -400,7 +400,7 @@ fn log(
     };
     if let Ok(mut t) = transcript.lock() {
         // A case's transcript is bounded too.
-        if t.len() < 200 {
+        if t.len() < crate::outcome::TRANSCRIPT_ENTRIES {
             t.push(entry);
         }
     }

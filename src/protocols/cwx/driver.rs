@@ -306,7 +306,7 @@ impl Context {
 
 impl CaseRun<'_> {
     fn log(&mut self, dir: Direction, data: &[u8]) {
-        if self.transcript.len() < 400 {
+        if self.transcript.len() < crate::outcome::TRANSCRIPT_ENTRIES {
             self.transcript.push(TranscriptEntry {
                 t_ms: self.started.elapsed().as_millis() as u64,
                 conn: "stdio".into(),
