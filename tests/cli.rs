@@ -5,7 +5,7 @@ mod support;
 
 use support::{
     conform, fixture_target, outcome_ids, python_available, run_agent_socket, run_json,
-    snapshot_report,
+    snapshot_rendered, snapshot_report,
 };
 
 #[test]
@@ -302,4 +302,38 @@ fn a_cwx_host_that_cannot_start_is_exit_2_and_list_works() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("cwx/handshake/hello"));
+}
+
+#[test]
+fn every_format_is_snapshotted_for_the_reference_and_a_broken_server() {
+    let mut targets = vec![("builtin", "builtin".to_owned())];
+    if python_available() {
+        targets.push(("wrong_id", fixture_target("--deviation wrong-id")));
+    }
+    for (name, target) in targets {
+        for format in ["human", "json", "junit", "markdown"] {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("report");
+            let out = conform()
+                .args(["run", "--protocol", "agent-socket", "--target", &target])
+                .args([
+                    "--filter",
+                    "agent-socket/framing/",
+                    "-j",
+                    "1",
+                    "--format",
+                    format,
+                ])
+                .arg("--output")
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.code().is_some_and(|c| c < 2),
+                "{format}: {out:?}"
+            );
+            let text = std::fs::read_to_string(&file).unwrap();
+            snapshot_rendered(&format!("format_{format}_{name}"), &text);
+        }
+    }
 }

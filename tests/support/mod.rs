@@ -196,6 +196,35 @@ pub fn outcome_text(report: &Value) -> String {
 /// (temporary paths, process ids, the interpreter's path, sizes that follow
 /// from them) redacted.
 pub fn snapshot_report(name: &str, report: &Value) {
+    report_settings().bind(|| insta::assert_snapshot!(name, outcome_text(report)));
+}
+
+/// Snapshots a whole rendered report, with what varies from run to run
+/// (times, durations, the fixture's path) redacted.
+#[allow(dead_code)]
+pub fn snapshot_rendered(name: &str, text: &str) {
+    let mut settings = report_settings();
+    settings.add_filter(
+        r"exec:python3 \S+/agent_socket_server\.py",
+        "exec:python3 [fixture]",
+    );
+    settings.add_filter(r#"time="[0-9.]+""#, r#"time="[s]""#);
+    settings.add_filter(
+        r#"\\"python\\":\\"[^\\"]*\\""#,
+        r#"\"python\":\"[python]\""#,
+    );
+    settings.add_filter(
+        r#"&quot;python&quot;:&quot;.*?&quot;"#,
+        "&quot;python&quot;:&quot;[python]&quot;",
+    );
+    settings.add_filter(r#""(duration_ms|t_ms)": \d+"#, r#""$1": [ms]"#);
+    settings.add_filter(r"\(\d+ ms\)", "([ms])");
+    settings.add_filter(r"(?m)^(\s*)\d+ ms ", "$1[ms] ");
+    settings.add_filter(r"\d+(\.\d+)?s\b", "[s]");
+    settings.bind(|| insta::assert_snapshot!(name, text));
+}
+
+fn report_settings() -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"));
     settings.set_prepend_module_to_snapshot(false);
@@ -226,5 +255,5 @@ pub fn snapshot_report(name: &str, report: &Value) {
         r"(cannot connect to \[tmp\] )?[A-Z][a-z ]+ \(os error \d+\)",
         "[connection failed]",
     );
-    settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
+    settings
 }
