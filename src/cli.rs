@@ -89,6 +89,11 @@ pub struct RunArgs {
     /// one JSON file a case; secrets are redacted as in every report.
     #[arg(long, value_name = "DIR")]
     pub transcripts: Option<PathBuf>,
+    /// Write a certification bundle (certification.json and .md) to DIR:
+    /// conform's version, the corpus digest, the target, every requirement
+    /// with its verdict and evidence, the waivers, and the verdict.
+    #[arg(long, value_name = "DIR")]
+    pub certify: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -328,6 +333,17 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     crate::redact::Redactor::from_env().report(&mut report);
     if let Some(dir) = &args.transcripts {
         report::write_transcripts(&report, dir)?;
+    }
+    if let Some(dir) = &args.certify {
+        let (corpus_dir, catalogue) = match args.protocol {
+            Protocol::AgentSocket => ("agent-socket", agent_socket::catalogue()),
+            Protocol::Acp => ("acp", acp::catalogue()),
+            Protocol::Cwx => ("cwx", cwx::catalogue()),
+        };
+        let digest = crate::certify::corpus_digest(corpus_dir, &extra);
+        let complete = args.filter.is_none() && args.shard.is_none();
+        let bundle = crate::certify::bundle(&report, &catalogue, &digest, complete);
+        crate::certify::write(dir, &bundle)?;
     }
     let text = if live_stdout {
         report::human(&report, false)

@@ -7,6 +7,7 @@
 
 pub mod baseline;
 pub mod case;
+pub mod certify;
 pub mod cli;
 pub mod corpus;
 pub mod error;

@@ -274,3 +274,112 @@ fn transcripts_are_written_for_every_case_with_secrets_redacted() {
     assert_eq!(dirs, ["sent", "received"], "{written:#}");
     assert_eq!(written["outcome"], "pass");
 }
+
+fn certify(target: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--target",
+            target,
+            "--format",
+            "json",
+        ])
+        .args(extra)
+        .arg("--certify")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let bundle: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("certification.json")).unwrap(),
+    )
+    .unwrap();
+    let md = std::fs::read_to_string(dir.path().join("certification.md")).unwrap();
+    (out.status.code(), bundle, md)
+}
+
+#[test]
+fn the_reference_server_is_certified_with_every_requirement_and_the_corpus_digest() {
+    let (code, b, md) = certify("builtin", &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(b["verdict"], "conformant", "{:#}", b["reasons"]);
+    let digest = b["corpus_sha256"].as_str().unwrap();
+    assert!(digest.len() == 64 && digest.bytes().all(|c| c.is_ascii_hexdigit()));
+    let reqs = b["requirements"].as_array().unwrap();
+    let catalogue: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/corpus/agent-socket/requirements.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let server = catalogue["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["role"] == "server")
+        .count();
+    assert_eq!(reqs.len(), server, "every requirement of the role");
+    for r in reqs {
+        let v = r["verdict"].as_str().unwrap();
+        assert!(["pass", "info", "no-case"].contains(&v), "{}: {v}", r["id"]);
+    }
+    assert!(md.contains("**Verdict: conformant**"), "{md}");
+}
+
+#[test]
+fn a_broken_or_partial_run_is_not_conformant_and_says_why() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    let (code, b, md) = certify(
+        &fixture_target("--deviation wrong-id"),
+        &["--filter", "agent-socket/framing/"],
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(b["verdict"], "not conformant");
+    let reasons = b["reasons"].to_string();
+    assert!(reasons.contains("only part of the suite"), "{reasons}");
+    assert!(reasons.contains("the run failed"), "{reasons}");
+    let id = b["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "as.jsonrpc.id")
+        .unwrap();
+    assert_eq!(id["verdict"], "fail");
+    assert!(
+        id["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["outcome"] == "fail")
+    );
+    assert!(md.contains("not conformant because"), "{md}");
+}
+
+#[test]
+fn musts_exercised_by_no_case_that_ran_are_not_a_pass() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    // A tools-only server skips every sandbox case: the run passes, the
+    // certificate does not.
+    let (code, b, _) = certify(
+        &fixture_target("--variant tools-only"),
+        &["--filter", "agent-socket/sandbox/"],
+    );
+    assert_eq!(code, Some(0), "the run itself passes");
+    assert_eq!(b["verdict"], "not conformant");
+    let reasons = b["reasons"].to_string();
+    assert!(
+        reasons.contains("MUST requirements were not exercised"),
+        "{reasons}"
+    );
+    assert!(reasons.contains("as.exec.result"), "{reasons}");
+}

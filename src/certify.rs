@@ -1,0 +1,219 @@
+//! `--certify DIR`: a certification bundle, JSON and Markdown, that says who
+//! tested what with which corpus, every requirement of the role under test
+//! with its verdict and evidence, the waivers applied, and the verdict.
+//!
+//! The verdict is `conformant` only when the whole suite ran (no `--filter`
+//! or `--shard`), the run passed (no unwaived failure, no error, no stale
+//! waiver; SHOULDs count under `--strict`), and every MUST requirement that
+//! has cases was exercised by at least one case that was not skipped: a
+//! certificate is never earned by skipping.
+
+use crate::case::Level;
+use crate::outcome::{Outcome, RunReport};
+use crate::requirements::Catalogue;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+
+/// SHA-256 over the embedded corpus of `protocol_dir` and the `--case`
+/// files, each as `path NUL contents NUL`, in path order.
+pub fn corpus_digest(protocol_dir: &str, extra: &[(String, String)]) -> String {
+    let mut files: Vec<(String, String)> = crate::corpus::files_under(protocol_dir)
+        .map(|(p, t)| (p.to_owned(), t.to_owned()))
+        .collect();
+    files.extend(extra.iter().cloned());
+    files.sort();
+    let mut h = Sha256::new();
+    for (path, text) in &files {
+        h.update(path.as_bytes());
+        h.update([0]);
+        h.update(text.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn requirement_verdict(outcomes: &[(Outcome, bool)]) -> &'static str {
+    let any = |o: Outcome| outcomes.iter().any(|(x, _)| *x == o);
+    if outcomes.is_empty() {
+        "no-case"
+    } else if outcomes
+        .iter()
+        .any(|(o, waived)| *o == Outcome::Fail && !waived)
+    {
+        "fail"
+    } else if any(Outcome::Error) {
+        "error"
+    } else if any(Outcome::Fail) {
+        "waived"
+    } else if any(Outcome::Warn) {
+        "warn"
+    } else if any(Outcome::Pass) {
+        "pass"
+    } else if any(Outcome::Info) {
+        "info"
+    } else {
+        "not-exercised"
+    }
+}
+
+/// The bundle of a finished run. `complete` is false when a filter or a
+/// shard selected part of the suite.
+pub fn bundle(report: &RunReport, catalogue: &Catalogue, digest: &str, complete: bool) -> Value {
+    let mut requirements = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    let mut unexercised = Vec::new();
+    for r in catalogue
+        .requirements
+        .iter()
+        .filter(|r| r.role == report.role)
+    {
+        let cases: Vec<_> = report
+            .cases
+            .iter()
+            .filter(|c| c.requirements.contains(&r.id))
+            .collect();
+        let outcomes: Vec<(Outcome, bool)> = cases
+            .iter()
+            .map(|c| (c.outcome, report.waivers.contains_key(&c.id)))
+            .collect();
+        let verdict = requirement_verdict(&outcomes);
+        if verdict == "not-exercised" && r.level == Level::Must {
+            unexercised.push(r.id.clone());
+        }
+        requirements.push(json!({
+            "id": r.id,
+            "level": r.level,
+            "source": r.source,
+            "quote": r.quote,
+            "verdict": verdict,
+            "no_case": if cases.is_empty() { r.no_case.clone() } else { None },
+            "evidence": cases.iter().map(|c| json!({
+                "case": c.id,
+                "outcome": c.outcome,
+                "waiver": report.waivers.get(&c.id),
+                "message": crate::matcher::truncate(&c.message, 500),
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    if !complete {
+        reasons.push("only part of the suite was selected (--filter or --shard)".into());
+    }
+    if report.exit_code() != 0 {
+        reasons.push(format!(
+            "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers",
+            report.summary.failed,
+            report.summary.waived,
+            report.summary.errors,
+            report.summary.stale
+        ));
+    }
+    if !unexercised.is_empty() {
+        reasons.push(format!(
+            "{} MUST requirements were not exercised (every case skipped): {}",
+            unexercised.len(),
+            unexercised.join(", ")
+        ));
+    }
+    json!({
+        "conform_version": report.conform_version,
+        "protocol": report.protocol,
+        "role": report.role,
+        "target": report.target,
+        "strict": report.strict,
+        "corpus_sha256": digest,
+        "issued_unix_time": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        "verdict": if reasons.is_empty() { "conformant" } else { "not conformant" },
+        "reasons": reasons,
+        "summary": report.summary,
+        "waivers": report.waivers,
+        "stale": report.stale,
+        "requirements": requirements,
+    })
+}
+
+/// The bundle for a person.
+pub fn markdown(b: &Value) -> String {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let mut out = format!(
+        "# conform certification: {} {}\n\n**Verdict: {}**\n\n- target: `{}`\n- conform {}\n- corpus SHA-256 `{}`\n- strict: {}\n",
+        s(&b["protocol"]),
+        s(&b["role"]),
+        s(&b["verdict"]),
+        s(&b["target"]),
+        s(&b["conform_version"]),
+        s(&b["corpus_sha256"]),
+        b["strict"]
+    );
+    for r in b["reasons"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "- not conformant because {}", s(r));
+    }
+    if let Some(w) = b["waivers"].as_object().filter(|w| !w.is_empty()) {
+        out.push_str("\n## Waivers applied\n\n");
+        for (id, reason) in w {
+            let _ = writeln!(out, "- `{id}`: {}", s(reason));
+        }
+    }
+    out.push_str(
+        "\n## Requirements\n\n| requirement | level | verdict | evidence |\n|---|---|---|---|\n",
+    );
+    for r in b["requirements"].as_array().into_iter().flatten() {
+        let evidence: Vec<String> = r["evidence"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| format!("`{}` {}", s(&e["case"]), s(&e["outcome"])))
+            .collect();
+        let evidence = if evidence.is_empty() {
+            format!("no case: {}", s(&r["no_case"]))
+        } else {
+            evidence.join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} |",
+            s(&r["id"]),
+            s(&r["level"]),
+            s(&r["verdict"]),
+            evidence.replace('|', "\\|").replace('\n', " ")
+        );
+    }
+    out
+}
+
+/// Writes `certification.json` and `certification.md` into `dir`.
+pub fn write(dir: &std::path::Path, b: &Value) -> Result<(), crate::error::RunError> {
+    let fail = |e: std::io::Error| {
+        crate::error::RunError::Conform(format!("cannot write {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let json = serde_json::to_string_pretty(b).unwrap_or_default() + "\n";
+    std::fs::write(dir.join("certification.json"), json).map_err(fail)?;
+    std::fs::write(dir.join("certification.md"), markdown(b)).map_err(fail)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requirement_is_judged_by_its_worst_unwaived_case() {
+        use Outcome::*;
+        assert_eq!(requirement_verdict(&[]), "no-case");
+        assert_eq!(
+            requirement_verdict(&[(Skip, false), (Skip, false)]),
+            "not-exercised"
+        );
+        assert_eq!(requirement_verdict(&[(Pass, false), (Skip, false)]), "pass");
+        assert_eq!(
+            requirement_verdict(&[(Pass, false), (Fail, true)]),
+            "waived"
+        );
+        assert_eq!(requirement_verdict(&[(Fail, true), (Fail, false)]), "fail");
+        assert_eq!(requirement_verdict(&[(Warn, false), (Pass, false)]), "warn");
+    }
+}
