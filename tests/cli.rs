@@ -311,7 +311,7 @@ fn every_format_is_snapshotted_for_the_reference_and_a_broken_server() {
         targets.push(("wrong_id", fixture_target("--deviation wrong-id")));
     }
     for (name, target) in targets {
-        for format in ["human", "json", "junit", "markdown"] {
+        for format in ["human", "json", "junit", "markdown", "html"] {
             let dir = tempfile::tempdir().unwrap();
             let file = dir.path().join("report");
             let out = conform()
@@ -336,4 +336,66 @@ fn every_format_is_snapshotted_for_the_reference_and_a_broken_server() {
             snapshot_rendered(&format!("format_{format}_{name}"), &text);
         }
     }
+}
+
+#[test]
+fn the_html_report_is_self_contained_and_renders_headless() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.html");
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--format",
+            "html",
+            "--output",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let html = std::fs::read_to_string(&file).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.ends_with("</html>\n"));
+    for external in ["<script", "<link", "src=", "href=\"http", "url(", "@import"] {
+        assert!(
+            !html.contains(external),
+            "the page loads nothing: {external}"
+        );
+    }
+    assert!(html.contains("Summary by level") && html.contains("Requirements"));
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+    else {
+        eprintln!("skipped the headless rendering: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let png = dir.path().join("report.png");
+    let shot = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,1600",
+        ])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "a rendered page"
+    );
 }

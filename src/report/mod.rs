@@ -10,6 +10,8 @@ pub enum Format {
     Json,
     Junit,
     Markdown,
+    /// One self-contained HTML page: no scripts, no external resources.
+    Html,
 }
 
 /// How many transcript entries a human or Markdown report shows per failure.
@@ -21,6 +23,7 @@ pub fn render(report: &RunReport, format: Format) -> String {
         Format::Json => json(report),
         Format::Junit => junit(report),
         Format::Markdown => markdown(report),
+        Format::Html => html(report),
     }
 }
 
@@ -323,4 +326,195 @@ pub fn write_transcripts(
         std::fs::write(dir.join(format!("{name}.json")), text).map_err(fail)?;
     }
     Ok(())
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const OUTCOMES: [Outcome; 6] = [
+    Outcome::Fail,
+    Outcome::Error,
+    Outcome::Warn,
+    Outcome::Info,
+    Outcome::Skip,
+    Outcome::Pass,
+];
+
+/// The catalogue of a report's protocol, for the requirement levels.
+fn catalogue_of(protocol: &str) -> Option<crate::requirements::Catalogue> {
+    use crate::protocols::{acp, agent_socket, cwx};
+    match protocol {
+        "agent-socket" => Some(agent_socket::catalogue()),
+        "acp" => Some(acp::catalogue()),
+        "cwx" => Some(cwx::catalogue()),
+        _ => None,
+    }
+}
+
+/// A self-contained HTML report: a summary by level, a table of the
+/// requirements the cases check with their worst outcome, every case, and
+/// for each failure its message and transcript. Inline CSS only.
+fn html(report: &RunReport) -> String {
+    use crate::case::Level;
+    let mut out = String::new();
+    let title = format!(
+        "conform: {} {} against {}",
+        report.protocol, report.role, report.target
+    );
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n\
+body{{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222}}\n\
+table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}}\n\
+th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{background:#f7f7f7;padding:8px;overflow-x:auto;white-space:pre-wrap}}\n\
+.fail,.error{{background:#fdd}}.warn{{background:#ffe9b3}}.info{{background:#e6f0ff}}.skip{{background:#eee}}.pass{{background:#dfd}}\n\
+.verdict{{font-size:1.3em;font-weight:bold}}\n</style></head><body>\n<h1>{}</h1>\n",
+        html_escape(&title),
+        html_escape(&title)
+    );
+    let verdict = if report.exit_code() == 0 {
+        "PASSED"
+    } else {
+        "FAILED"
+    };
+    let _ = writeln!(
+        out,
+        "<p class=\"verdict {}\">{verdict}</p>\n<p>conform {} &middot; {}</p>",
+        if verdict == "PASSED" { "pass" } else { "fail" },
+        html_escape(&report.conform_version),
+        html_escape(&summary_line(report))
+    );
+    // Summary by level.
+    out.push_str("<h2>Summary by level</h2>\n<table><tr><th>level</th>");
+    for o in OUTCOMES {
+        let _ = write!(out, "<th class=\"{0}\">{0}</th>", o.as_str());
+    }
+    out.push_str("</tr>\n");
+    for level in [Level::Must, Level::Should, Level::May, Level::Info] {
+        let cases: Vec<&CaseResult> = report.cases.iter().filter(|c| c.level == level).collect();
+        if cases.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<tr><td>{}</td>", level.as_str());
+        for o in OUTCOMES {
+            let n = cases.iter().filter(|c| c.outcome == o).count();
+            let _ = write!(out, "<td>{n}</td>");
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+    // Requirements.
+    let catalogue = catalogue_of(&report.protocol);
+    let mut reqs: std::collections::BTreeMap<&str, Vec<&CaseResult>> = Default::default();
+    for c in &report.cases {
+        for r in &c.requirements {
+            reqs.entry(r.as_str()).or_default().push(c);
+        }
+    }
+    out.push_str("<h2>Requirements</h2>\n<table><tr><th>requirement</th><th>level</th><th>worst outcome</th><th>cases</th><th>source says</th></tr>\n");
+    for (id, cases) in &reqs {
+        let worst = cases
+            .iter()
+            .map(|c| c.outcome)
+            .filter(|o| *o != Outcome::Skip)
+            .max_by_key(|o| o.severity())
+            .unwrap_or(Outcome::Skip);
+        let req = catalogue.as_ref().and_then(|c| c.get(id));
+        let _ = writeln!(
+            out,
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"{w}\">{w}</td><td>{}</td><td>{}</td></tr>",
+            html_escape(id),
+            req.map(|r| r.level.as_str()).unwrap_or(""),
+            cases
+                .iter()
+                .map(|c| format!("<a href=\"#{0}\"><code>{0}</code></a>", html_escape(&c.id)))
+                .collect::<Vec<_>>()
+                .join("<br>"),
+            html_escape(req.map(|r| r.quote.as_str()).unwrap_or("")),
+            w = worst.as_str()
+        );
+    }
+    out.push_str("</table>\n");
+    // Cases.
+    out.push_str("<h2>Cases</h2>\n<table><tr><th>outcome</th><th>level</th><th>case</th><th>message</th></tr>\n");
+    for c in &report.cases {
+        let _ = writeln!(
+            out,
+            "<tr id=\"{id}\"><td class=\"{o}\">{o}</td><td>{}</td><td><code>{id}</code><br>{}</td><td>{}</td></tr>",
+            c.level.as_str(),
+            html_escape(&c.title),
+            html_escape(&c.message).replace('\n', "<br>"),
+            id = html_escape(&c.id),
+            o = c.outcome.as_str()
+        );
+    }
+    out.push_str("</table>\n");
+    // Failures with their transcripts.
+    let failures: Vec<&CaseResult> = report
+        .cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Fail | Outcome::Warn | Outcome::Error))
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h2>Failures</h2>\n<p>Each transcript shows both directions with times from the case's start; an entry keeps at most {} characters, a case at most {} entries.</p>",
+            crate::outcome::TRANSCRIPT_ENTRY_LIMIT,
+            crate::outcome::TRANSCRIPT_ENTRIES
+        );
+    }
+    for c in failures {
+        let _ = writeln!(
+            out,
+            "<h3 class=\"{}\">{} <code>{}</code></h3>\n<p>requirements: {}</p>\n<pre>{}</pre>",
+            c.outcome.as_str(),
+            c.outcome.as_str().to_uppercase(),
+            html_escape(&c.id),
+            html_escape(&c.requirements.join(", ")),
+            html_escape(&c.message)
+        );
+        if let Some(reason) = report.waivers.get(&c.id) {
+            let _ = writeln!(
+                out,
+                "<p>expected failure (waived): {}</p>",
+                html_escape(reason)
+            );
+        }
+        if !c.transcript.is_empty() {
+            out.push_str("<pre>");
+            for e in &c.transcript {
+                let arrow = match e.dir {
+                    Direction::Sent => "->",
+                    Direction::Received => "<-",
+                    Direction::Event => "--",
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>6} ms {:<8} {} {}",
+                    e.t_ms,
+                    html_escape(&e.conn),
+                    html_escape(arrow),
+                    html_escape(e.data.trim_end_matches('\n'))
+                );
+            }
+            out.push_str("</pre>\n");
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "<p>note: {}</p>", html_escape(n).replace('\n', "<br>"));
+    }
+    out.push_str("</body></html>\n");
+    out
 }

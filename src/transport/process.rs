@@ -62,6 +62,8 @@ pub enum Stdio3 {
 pub struct Spawned {
     pid: i32,
     status: watch::Receiver<Option<ExitStatus>>,
+    /// True once the stderr pipe reached its end.
+    stderr_done: watch::Receiver<bool>,
     pub stderr: Arc<Mutex<Tail>>,
     pub stdout: Arc<Mutex<Tail>>,
     pub stdin: Option<ChildStdin>,
@@ -97,14 +99,15 @@ pub fn spawn(
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     let stderr = Arc::new(Mutex::new(Tail::default()));
     let stdout = Arc::new(Mutex::new(Tail::default()));
+    let (stderr_done_tx, stderr_done) = watch::channel(false);
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(drain(err, stderr.clone()));
+        tokio::spawn(drain(err, stderr.clone(), stderr_done_tx));
     }
     let mut stdout_pipe = child.stdout.take();
     if stdio == Stdio3::CaptureOutput
         && let Some(out) = stdout_pipe.take()
     {
-        tokio::spawn(drain(out, stdout.clone()));
+        tokio::spawn(drain(out, stdout.clone(), watch::channel(false).0));
     }
     let stdin = child.stdin.take();
     let (tx, rx) = watch::channel(None);
@@ -115,6 +118,7 @@ pub fn spawn(
     Ok(Spawned {
         pid,
         status: rx,
+        stderr_done,
         stderr,
         stdout,
         stdin,
@@ -123,7 +127,7 @@ pub fn spawn(
     })
 }
 
-async fn drain(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+async fn drain(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>, done: watch::Sender<bool>) {
     let mut buf = [0u8; 8192];
     while let Ok(n) = r.read(&mut buf).await {
         if n == 0 {
@@ -133,6 +137,7 @@ async fn drain(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
             t.push(&buf[..n]);
         }
     }
+    let _ = done.send(true);
 }
 
 impl Spawned {
@@ -168,6 +173,18 @@ impl Spawned {
         }
         let _ = killpg(group, Signal::SIGKILL);
         let status = self.wait_for_exit(Duration::from_secs(5)).await;
+        // The group's other members (a grandchild holding the pipes) die of
+        // the same SIGKILL, but not at once: wait, bounded, until none is
+        // left, so nothing of the target outlives the run.
+        let gone_by = tokio::time::Instant::now() + Duration::from_secs(2);
+        while group_alive(self.pid) && tokio::time::Instant::now() < gone_by {
+            let _ = killpg(group, Signal::SIGKILL);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // With every writer gone, the rest of its stderr is on the way:
+        // read to the end (bounded), so a report shows all of it.
+        let mut done = self.stderr_done.clone();
+        let _ = tokio::time::timeout(Duration::from_millis(500), done.wait_for(|d| *d)).await;
         (status, outlived)
     }
 
@@ -185,6 +202,28 @@ impl Drop for Spawned {
             let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
         }
     }
+}
+
+/// Whether a process of group `pgid` is still running (not a zombie left
+/// for a parent, or for an init that does not reap, to collect). Reads
+/// `/proc`; elsewhere asks the kernel, which counts zombies too.
+fn group_alive(pgid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return killpg(Pid::from_raw(pgid), None).is_ok();
+    };
+    dir.filter_map(Result::ok).any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
 }
 
 /// Describes an exit status for a report.
