@@ -139,6 +139,26 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
     }
 }
 
+/// A generated case read back as the protocol's case, its steps checked as
+/// the corpus's are; a case that does not read is conform's own error.
+pub fn parse_generated<S>(case: Value) -> Result<crate::case::Case<S>, Box<CaseResult>>
+where
+    S: serde::de::DeserializeOwned + crate::case::CheckedStep,
+{
+    let id = case.get("id").cloned().unwrap_or_default();
+    let case: crate::case::Case<S> = serde_json::from_value(case).map_err(|e| {
+        Box::new(invalid_case(
+            &id,
+            format!("a generated case is invalid: {e}"),
+        ))
+    })?;
+    if let Some(e) = case.steps.iter().find_map(|s| s.check().err()) {
+        let message = format!("a generated step is invalid: {e}");
+        return Err(Box::new(invalid_case(&id, message)));
+    }
+    Ok(case)
+}
+
 /// A failure's class for the stdio protocols: the first rule a watch found
 /// (`[MUST rule] ...` in the message), else the probe's (`survival`), else
 /// the first words of the first finding with its numbers left out.

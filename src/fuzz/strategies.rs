@@ -441,6 +441,26 @@ pub fn pause_offsets(pauses: &[Pause], len: usize) -> Vec<(usize, u64)> {
     out
 }
 
+/// The step that writes `bytes`: as `raw` text when `text` allows it and
+/// they are UTF-8 (the driver then expands templates in them), else as
+/// `rawHex`; with the pauses, as byte offsets, in `pauses`.
+pub fn write_step(bytes: Vec<u8>, pauses: &[Pause], text: bool) -> Map<String, Value> {
+    let offsets: Vec<Value> = pause_offsets(pauses, bytes.len())
+        .into_iter()
+        .map(|(at, ms)| json!({"at": at, "ms": ms}))
+        .collect();
+    let mut step = Map::new();
+    match String::from_utf8(bytes) {
+        Ok(t) if text => step.insert("raw".into(), json!(t)),
+        Ok(t) => step.insert("rawHex".into(), json!(hex(t.as_bytes()))),
+        Err(e) => step.insert("rawHex".into(), json!(hex(e.as_bytes()))),
+    };
+    if !offsets.is_empty() {
+        step.insert("pauses".into(), json!(offsets));
+    }
+    step
+}
+
 /// Hex pairs, as the case files write bytes.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -15,7 +15,6 @@ use super::driver::{self, Context};
 use super::schema::{self, Side};
 use super::steps::Step;
 use super::{catalogue, command_for};
-use crate::case::Case;
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -207,29 +206,12 @@ impl fuzz::Harness for Harness {
             .split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
             .all(well_formed);
-        let mut step = serde_json::Map::new();
         // Templates survive only in text without damage: the driver expands them.
         let damaged = input
             .messages
             .iter()
             .any(|m| !m.garbles.is_empty() || m.size.is_some());
-        match String::from_utf8(bytes) {
-            Ok(text) if !damaged => step.insert("raw".into(), json!(text)),
-            Ok(text) => step.insert("rawHex".into(), json!(strat::hex(text.as_bytes()))),
-            Err(e) => step.insert("rawHex".into(), json!(strat::hex(e.as_bytes()))),
-        };
-        let len = match (step.get("raw"), step.get("rawHex")) {
-            (Some(Value::String(t)), _) => t.len(),
-            (_, Some(Value::String(h))) => h.len() / 2,
-            _ => 0,
-        };
-        let pauses: Vec<Value> = strat::pause_offsets(&input.pauses, len)
-            .into_iter()
-            .map(|(at, ms)| json!({"at": at, "ms": ms}))
-            .collect();
-        if !pauses.is_empty() {
-            step.insert("pauses".into(), json!(pauses));
-        }
+        let step = strat::write_step(bytes, &input.pauses, !damaged);
         let (level, requirements) = if all_well_formed {
             (
                 "MUST",
@@ -254,17 +236,10 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            let id = case.get("id").cloned().unwrap_or_default();
-            let case: Case<Step> = match serde_json::from_value(case) {
-                Ok(c) => c,
-                Err(e) => {
-                    return fuzz::invalid_case(&id, format!("a generated case is invalid: {e}"));
-                }
-            };
-            if let Some(e) = case.steps.iter().find_map(|s| s.validate().err()) {
-                return fuzz::invalid_case(&id, format!("a generated step is invalid: {e}"));
+            match fuzz::parse_generated::<Step>(case) {
+                Ok(case) => self.ctx.run_case(&case).await,
+                Err(conform_error) => *conform_error,
             }
-            self.ctx.run_case(&case).await
         })
     }
 

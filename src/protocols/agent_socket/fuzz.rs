@@ -13,7 +13,6 @@
 
 use super::steps::Step;
 use super::{Started, start, stop, table};
-use crate::case::Case;
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -277,29 +276,8 @@ impl fuzz::Harness for Harness {
         if let Some(second) = &input.second {
             bytes.extend(self.bytes(second));
         }
-        let mut step = serde_json::Map::new();
-        match String::from_utf8(bytes) {
-            Ok(text) => step.insert("raw".into(), json!(text)),
-            Err(e) => step.insert("rawHex".into(), json!(strat::hex(e.as_bytes()))),
-        };
-        let len = step
-            .get("raw")
-            .and_then(Value::as_str)
-            .map(str::len)
-            .unwrap_or_else(|| {
-                step.get("rawHex")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .len()
-                    / 2
-            });
-        let pauses: Vec<Value> = strat::pause_offsets(&input.pauses, len)
-            .into_iter()
-            .map(|(at, ms)| json!({"at": at, "ms": ms}))
-            .collect();
-        if !pauses.is_empty() {
-            step.insert("pauses".into(), json!(pauses));
-        }
+        // Damaged or sized messages had their templates expanded already.
+        let mut step = strat::write_step(bytes, &input.pauses, true);
         // An unchanged request that carries an id is answered; anything else
         // may be, and what comes must be a whole, well-formed reply.
         let due = input.message.is_golden()
@@ -349,20 +327,10 @@ impl fuzz::Harness for Harness {
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         let session = self.session_now();
         Box::pin(async move {
-            let id = case.get("id").cloned().unwrap_or_default();
-            let case: Case<Step> = match serde_json::from_value::<Case<Step>>(case) {
-                Ok(c) => c,
-                Err(e) => {
-                    return fuzz::invalid_case(&id, format!("a generated case is invalid: {e}"));
-                }
-            };
-            if let Some(e) = case.steps.iter().find_map(|s| s.validate().err()) {
-                return fuzz::invalid_case(
-                    &json!(case.id),
-                    format!("a generated step is invalid: {e}"),
-                );
+            match fuzz::parse_generated::<Step>(case) {
+                Ok(case) => session.run_case(&case).await,
+                Err(conform_error) => *conform_error,
             }
-            session.run_case(&case).await
         })
     }
 

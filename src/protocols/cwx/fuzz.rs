@@ -25,7 +25,6 @@ use super::driver::{Context, Extension};
 use super::steps::Step;
 use super::table::{self, Direction, Tier};
 use super::{catalogue, command_for, preflight, reference, validate};
-use crate::case::Case;
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -308,16 +307,10 @@ impl fuzz::Harness for Harness {
         for f in &input.frames {
             bytes.extend(self.frame(f, &mut ids));
         }
-        let pauses: Vec<Value> = strat::pause_offsets(&input.pauses, bytes.len())
-            .into_iter()
-            .map(|(at, ms)| json!({"at": at, "ms": ms}))
-            .collect();
-        let mut write = json!({"rawHex": strat::hex(&bytes)});
-        if !pauses.is_empty() {
-            write["pauses"] = json!(pauses);
-        }
+        let read = model(&bytes);
+        let write = Value::Object(strat::write_step(bytes, &input.pauses, false));
         let timeout = self.timeout;
-        let (level, requirements, then) = match model(&bytes) {
+        let (level, requirements, then) = match read {
             Read::Refused { oversized } => {
                 let mut r = vec!["cwx.frame.bad-frame-ends-host"];
                 if oversized {
@@ -358,17 +351,10 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            let id = case.get("id").cloned().unwrap_or_default();
-            let case: Case<Step> = match serde_json::from_value(case) {
-                Ok(c) => c,
-                Err(e) => {
-                    return fuzz::invalid_case(&id, format!("a generated case is invalid: {e}"));
-                }
-            };
-            if let Some(e) = case.steps.iter().find_map(|s| s.validate().err()) {
-                return fuzz::invalid_case(&id, format!("a generated step is invalid: {e}"));
+            match fuzz::parse_generated::<Step>(case) {
+                Ok(case) => self.ctx.run_case(&case).await,
+                Err(conform_error) => *conform_error,
             }
-            self.ctx.run_case(&case).await
         })
     }
 
