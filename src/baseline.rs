@@ -20,6 +20,9 @@ use std::path::Path;
 pub struct Entry {
     pub id: String,
     pub reason: String,
+    /// Only for this target (as given to `--target`); every target when absent.
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -32,7 +35,7 @@ impl Baseline {
     /// Reads and checks a baseline file: every entry has a reason, no id
     /// twice, and (given `known`, the protocol's case ids) every id names a
     /// case, so a typo is a usage error rather than a silent no-op.
-    pub fn load(path: &Path, known: &[String]) -> Result<Baseline, RunError> {
+    pub fn load(path: &Path, known: &[String], targets: &[String]) -> Result<Baseline, RunError> {
         let bad = |why: String| RunError::Usage(format!("{}: {why}", path.display()));
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let b: Baseline = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
@@ -41,14 +44,40 @@ impl Baseline {
             if e.reason.trim().is_empty() {
                 return Err(bad(format!("{} has no reason", e.id)));
             }
-            if !seen.insert(e.id.as_str()) {
+            if !seen.insert((e.id.as_str(), e.target.as_deref())) {
                 return Err(bad(format!("{} is listed twice", e.id)));
+            }
+            if let Some(t) = &e.target
+                && !targets.contains(t)
+            {
+                return Err(bad(format!(
+                    "{} names the target {t:?}, which this run does not test",
+                    e.id
+                )));
             }
             if !known.contains(&e.id) {
                 return Err(bad(format!("{} is not a case of this protocol", e.id)));
             }
         }
         Ok(b)
+    }
+
+    /// The entries that apply to `target`: its own, and those for every
+    /// target (an entry of its own wins).
+    pub fn for_target(&self, target: &str) -> Baseline {
+        let own: Vec<&Entry> = self
+            .expected_failures
+            .iter()
+            .filter(|e| e.target.as_deref() == Some(target))
+            .collect();
+        let mut expected_failures: Vec<Entry> = own.iter().map(|e| (*e).clone()).collect();
+        expected_failures.extend(
+            self.expected_failures
+                .iter()
+                .filter(|e| e.target.is_none() && !own.iter().any(|o| o.id == e.id))
+                .cloned(),
+        );
+        Baseline { expected_failures }
     }
 
     /// Applies the baseline to a finished run: waives the listed failures and

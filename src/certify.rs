@@ -5,11 +5,13 @@
 //! The verdict is `conformant` only when the whole suite ran (no `--filter`
 //! or `--shard`), the run passed (no unwaived failure, no error, no stale
 //! waiver; SHOULDs count under `--strict`), and every MUST requirement that
-//! has cases was exercised by at least one case that was not skipped: a
-//! certificate is never earned by skipping.
+//! has cases was exercised by at least one case that was not skipped, unless
+//! every one of them was skipped because the target declared it out (a
+//! capability it does not advertise): a certificate is never earned by
+//! skipping for any other reason.
 
 use crate::case::Level;
-use crate::outcome::{Outcome, RunReport};
+use crate::outcome::{Exercise, Outcome, RunReport};
 use crate::requirements::Catalogue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -59,7 +61,13 @@ fn requirement_verdict(outcomes: &[(Outcome, bool)]) -> &'static str {
 
 /// The bundle of a finished run. `complete` is false when a filter or a
 /// shard selected part of the suite.
-pub fn bundle(report: &RunReport, catalogue: &Catalogue, digest: &str, complete: bool) -> Value {
+pub fn bundle(
+    report: &RunReport,
+    catalogue: &Catalogue,
+    watched: &[&str],
+    digest: &str,
+    complete: bool,
+) -> Value {
     let mut requirements = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     let mut unexercised = Vec::new();
@@ -77,7 +85,16 @@ pub fn bundle(report: &RunReport, catalogue: &Catalogue, digest: &str, complete:
             .iter()
             .map(|c| (c.outcome, report.waivers.contains_key(&c.id)))
             .collect();
-        let verdict = requirement_verdict(&outcomes);
+        let mut verdict = requirement_verdict(&outcomes);
+        if verdict == "not-exercised" {
+            match report.exercise_of(&r.id, watched) {
+                Some(Exercise::NotApplicable) => verdict = "not-applicable",
+                // Checked on every message of the cases that did run (a
+                // breach fails the case it happens in).
+                Some(Exercise::Exercised) => verdict = "watched",
+                _ => {}
+            }
+        }
         if verdict == "not-exercised" && r.level == Level::Must {
             unexercised.push(r.id.clone());
         }
@@ -101,11 +118,12 @@ pub fn bundle(report: &RunReport, catalogue: &Catalogue, digest: &str, complete:
     }
     if report.exit_code() != 0 {
         reasons.push(format!(
-            "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers",
+            "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers, {} MUST requirements unexercised",
             report.summary.failed,
             report.summary.waived,
             report.summary.errors,
-            report.summary.stale
+            report.summary.stale,
+            report.summary.unexercised
         ));
     }
     if !unexercised.is_empty() {

@@ -4,12 +4,14 @@ use crate::baseline::Baseline;
 use crate::case::Case;
 use crate::case::{self, filter_matches};
 use crate::error::RunError;
+use crate::outcome::{CaseResult, RunReport};
+use crate::progress::Progress;
 use crate::protocols::{Protocol, acp, agent_socket, cwx};
 use crate::report::{self, Format};
 use crate::requirements::Catalogue;
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,9 +45,11 @@ pub struct RunArgs {
     /// The role under test (agent-socket: server).
     #[arg(long)]
     pub role: Option<String>,
-    /// builtin, exec:<command line> (with {socket} for agent-socket), or unix:<path>.
+    /// builtin, exec:<command line> (with {socket} for agent-socket), or
+    /// unix:<path>. Given several times, every target runs the same cases
+    /// and the report is a matrix: rows the cases, columns the targets.
     #[arg(long, default_value = "builtin")]
-    pub target: String,
+    pub target: Vec<String>,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
     /// Write the report here instead of standard output.
@@ -234,43 +238,107 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
 
 async fn run(args: RunArgs) -> Result<i32, RunError> {
     check_role(args.protocol, args.role.as_deref())?;
-    let target: Target = args
+    let targets = args
         .target
-        .parse()
-        .map_err(|e| RunError::Usage(format!("--target: {e}")))?;
+        .iter()
+        .map(|t| {
+            t.parse::<Target>()
+                .map_err(|e| RunError::Usage(format!("--target {t}: {e}")))
+        })
+        .collect::<Result<Vec<Target>, RunError>>()?;
+    if targets.len() > 1 && args.certify.is_some() {
+        return Err(RunError::Usage(
+            "--certify certifies one target: give --target once".into(),
+        ));
+    }
     if !(args.startup_timeout > 0.0 && args.startup_timeout <= 3600.0) {
         return Err(RunError::Usage(
             "--startup-timeout is between 0 and 3600 seconds".into(),
         ));
     }
     let extra = case::read_case_paths(&args.cases)?;
-    let jobs = args.jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .max(2)
-            * 2
-    });
-    let startup_timeout = Duration::from_secs_f64(args.startup_timeout);
-    // Progress: on stdout for a human report there, else on stderr when it is a terminal.
-    let live_stdout = args.format == Format::Human && args.output.is_none();
-    let live_stderr = !live_stdout && std::io::stderr().is_terminal();
-    let mut progress = |r: &crate::outcome::CaseResult, done: usize, total: usize| {
-        let line = report::progress_line(r, done, total);
-        if live_stdout {
-            println!("{line}");
-        } else if live_stderr {
-            eprintln!("{line}");
-        }
-    };
-    let baseline: Option<Baseline>;
-    let mut report = match args.protocol {
-        Protocol::Cwx => {
-            let Some((cases, b)) = prepare(cwx::load_cases(&extra)?, &args, &cwx::catalogue())?
-            else {
-                return Ok(0);
+    let human_on_stdout = args.format == Format::Human && args.output.is_none();
+    let mut progress = Progress::new(human_on_stdout);
+    let many = targets.len() > 1;
+    let mut reports = Vec::new();
+    for (i, target) in targets.into_iter().enumerate() {
+        let label = if many {
+            format!("[{}] ", i + 1)
+        } else {
+            String::new()
+        };
+        let Some(mut report) = run_target(&args, target, &extra, &mut progress, &label).await?
+        else {
+            return Ok(0);
+        };
+        crate::redact::Redactor::from_env().report(&mut report);
+        if let Some(dir) = &args.transcripts {
+            let dir = if many {
+                dir.join((i + 1).to_string())
+            } else {
+                dir.clone()
             };
-            baseline = b;
+            report::write_transcripts(&report, &dir)?;
+        }
+        reports.push(report);
+    }
+    progress.finish();
+    if let (Some(dir), [report]) = (&args.certify, reports.as_slice()) {
+        let digest = crate::certify::corpus_digest(args.protocol.id(), &extra);
+        let complete = args.filter.is_none() && args.shard.is_none();
+        let bundle = crate::certify::bundle(
+            report,
+            &args.protocol.catalogue(),
+            args.protocol.watched(),
+            &digest,
+            complete,
+        );
+        crate::certify::write(dir, &bundle)?;
+    }
+    let with_list = !progress.listed_on_stdout();
+    let text = match (reports.as_slice(), args.format) {
+        ([one], Format::Human) => report::human(one, with_list),
+        ([one], format) => report::render(one, format),
+        (all, format) => report::matrix::render(all, format, with_list),
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, &text)
+            .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+    Ok(report::matrix::exit_code(&reports))
+}
+
+/// One target's run of the selected cases, with the baseline applied;
+/// `None` when `--dry-run` printed the selection instead.
+async fn run_target(
+    args: &RunArgs,
+    target: Target,
+    extra: &[(String, String)],
+    progress: &mut Progress,
+    label: &str,
+) -> Result<Option<RunReport>, RunError> {
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2)
+                * 2
+        })
+        .max(1);
+    let startup_timeout = Duration::from_secs_f64(args.startup_timeout);
+    let target_name = target.to_string();
+    let (mut report, baseline) = match args.protocol {
+        Protocol::Cwx => {
+            let Some((cases, b)) = prepare(cwx::load_cases(extra)?, args, &target_name)? else {
+                return Ok(None);
+            };
             let tier = parse_tier(&args.tier)?;
             let extension = match &args.extension {
                 None => None,
@@ -288,78 +356,48 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
                 target,
                 tier,
                 extension,
-                jobs: jobs.max(1),
+                jobs,
                 strict: args.strict,
                 startup_timeout,
             };
-            cwx::run(&options, cases, &mut progress).await?
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (cwx::run(&options, cases, &mut on_case).await?, b)
         }
         Protocol::Acp => {
-            let Some((cases, b)) = prepare(acp::load_cases(&extra)?, &args, &acp::catalogue())?
-            else {
-                return Ok(0);
+            let Some((cases, b)) = prepare(acp::load_cases(extra)?, args, &target_name)? else {
+                return Ok(None);
             };
-            baseline = b;
             let options = acp::RunOptions {
                 target,
-                jobs: jobs.max(1),
+                jobs,
                 strict: args.strict,
                 startup_timeout,
             };
-            acp::run(&options, cases, &mut progress).await?
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (acp::run(&options, cases, &mut on_case).await?, b)
         }
-        _ => {
-            let Some((cases, b)) = prepare(
-                agent_socket::load_cases(&extra)?,
-                &args,
-                &agent_socket::catalogue(),
-            )?
+        Protocol::AgentSocket => {
+            let Some((cases, b)) = prepare(agent_socket::load_cases(extra)?, args, &target_name)?
             else {
-                return Ok(0);
+                return Ok(None);
             };
-            baseline = b;
             let options = agent_socket::RunOptions {
                 target,
-                jobs: jobs.max(1),
+                jobs,
                 strict: args.strict,
                 startup_timeout,
             };
-            agent_socket::run(&options, cases, &mut progress).await?
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (agent_socket::run(&options, cases, &mut on_case).await?, b)
         }
     };
     if let Some(b) = &baseline {
         b.apply(&mut report);
     }
-    crate::redact::Redactor::from_env().report(&mut report);
-    if let Some(dir) = &args.transcripts {
-        report::write_transcripts(&report, dir)?;
-    }
-    if let Some(dir) = &args.certify {
-        let (corpus_dir, catalogue) = match args.protocol {
-            Protocol::AgentSocket => ("agent-socket", agent_socket::catalogue()),
-            Protocol::Acp => ("acp", acp::catalogue()),
-            Protocol::Cwx => ("cwx", cwx::catalogue()),
-        };
-        let digest = crate::certify::corpus_digest(corpus_dir, &extra);
-        let complete = args.filter.is_none() && args.shard.is_none();
-        let bundle = crate::certify::bundle(&report, &catalogue, &digest, complete);
-        crate::certify::write(dir, &bundle)?;
-    }
-    let text = if live_stdout {
-        report::human(&report, false)
-    } else {
-        report::render(&report, args.format)
-    };
-    match &args.output {
-        Some(path) => std::fs::write(path, &text)
-            .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-        }
-    }
-    Ok(report.exit_code())
+    Ok(Some(report))
 }
 
 async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
@@ -449,19 +487,24 @@ type Prepared<S> = Option<(Vec<Case<S>>, Option<Baseline>)>;
 /// What a run selected and the baseline to apply to it; `None` when
 /// `--dry-run` printed the selection instead. A bad baseline is a usage
 /// error before the target starts.
-fn prepare<S>(
-    all: Vec<Case<S>>,
-    args: &RunArgs,
-    catalogue: &Catalogue,
-) -> Result<Prepared<S>, RunError> {
+fn prepare<S>(all: Vec<Case<S>>, args: &RunArgs, target: &str) -> Result<Prepared<S>, RunError> {
     let ids: Vec<String> = all.iter().map(|c| c.id.clone()).collect();
     let baseline = match &args.expected_failures {
-        Some(path) => Some(Baseline::load(path, &ids)?),
+        Some(path) => {
+            // Targets by the name reports give them.
+            let names: Vec<String> = args
+                .target
+                .iter()
+                .filter_map(|t| t.parse::<Target>().ok())
+                .map(|t| t.to_string())
+                .collect();
+            Some(Baseline::load(path, &ids, &names)?.for_target(target))
+        }
         None => None,
     };
     let cases = selected(all, args.filter.as_deref(), args.shard.as_deref())?;
     if args.dry_run {
-        print_cases(&cases, catalogue, false)?;
+        print_cases(&cases, &args.protocol.catalogue(), false)?;
         return Ok(None);
     }
     Ok(Some((cases, baseline)))

@@ -57,6 +57,20 @@ impl Outcome {
     }
 }
 
+/// Why a case was skipped, for the "no vacuous green" rule: a case that
+/// does not apply because the target declared it does not do that (a
+/// capability it does not advertise, a tier, no tools) is not applicable;
+/// one skipped for anything else (no credentials for a model, a prompt
+/// script not followed, no extension given) left its requirement untested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkipKind {
+    /// The target's own declaration rules the case out.
+    Declared,
+    /// The case could not run for a reason outside the target's declaration.
+    Outside,
+}
+
 /// Which way bytes went, from conform's side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -96,6 +110,9 @@ pub struct CaseResult {
     /// Why, for anything but a pass: the expected against the actual.
     pub message: String,
     pub duration_ms: u64,
+    /// For a skip: whether the target's declaration explains it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_kind: Option<SkipKind>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transcript: Vec<TranscriptEntry>,
 }
@@ -116,6 +133,10 @@ pub struct Summary {
     /// Listed expected failures that passed.
     #[serde(skip_serializing_if = "is_zero")]
     pub stale: usize,
+    /// MUST requirements whose selected cases were all skipped, at least
+    /// one for a reason outside the target's declaration: not a pass.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unexercised: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -161,18 +182,141 @@ pub struct RunReport {
     /// Listed expected failures that passed: they fail the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stale: Vec<String>,
+    /// MUST requirements the run did not exercise: they fail the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unexercised: Vec<Unexercised>,
+}
+
+/// A MUST requirement none of whose selected cases ran.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Unexercised {
+    pub requirement: String,
+    /// The cases that would have exercised it, each with why it was skipped.
+    pub cases: Vec<SkippedCase>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SkippedCase {
+    pub case: String,
+    pub why: String,
+}
+
+/// Whether a requirement's cases exercised it, judged by their outcomes and
+/// skip kinds only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exercise {
+    /// At least one case ran (whatever it found).
+    Exercised,
+    /// Every case was skipped because the target declared it out.
+    NotApplicable,
+    /// Every case was skipped, at least one for another reason.
+    Unexercised,
+}
+
+/// How a requirement stands in a run, given the cases that cite it (not
+/// empty) and whether it is watched on every message of every case (then
+/// any case that ran exercised it).
+pub fn exercise(cases: &[&CaseResult], watched_and_any_ran: bool) -> Exercise {
+    if watched_and_any_ran || cases.iter().any(|c| c.outcome != Outcome::Skip) {
+        Exercise::Exercised
+    } else if cases
+        .iter()
+        .all(|c| c.skip_kind == Some(SkipKind::Declared))
+    {
+        Exercise::NotApplicable
+    } else {
+        Exercise::Unexercised
+    }
 }
 
 impl RunReport {
     /// Exit status per DESIGN.md: 1 when a case failed. An `error` outcome is
     /// conform's own failure to run a case, which must not pass silently either.
+    /// A MUST requirement left unexercised is not a pass either.
     pub fn exit_code(&self) -> i32 {
         let failed = self.summary.failed - self.summary.waived.min(self.summary.failed);
-        if failed > 0 || self.summary.errors > 0 || self.summary.stale > 0 {
+        let s = &self.summary;
+        if failed > 0 || s.errors > 0 || s.stale > 0 || s.unexercised > 0 {
             1
         } else {
             0
         }
+    }
+}
+
+impl RunReport {
+    /// The report of a finished run, with its unexercised MUSTs marked.
+    pub fn new(
+        protocol: crate::protocols::Protocol,
+        role: &str,
+        target: String,
+        strict: bool,
+        cases: Vec<CaseResult>,
+        notes: Vec<String>,
+    ) -> RunReport {
+        let mut report = RunReport {
+            protocol: protocol.id().into(),
+            role: role.into(),
+            target,
+            conform_version: env!("CARGO_PKG_VERSION").into(),
+            strict,
+            summary: Summary::of(&cases),
+            cases,
+            notes,
+            waivers: Default::default(),
+            stale: vec![],
+            unexercised: vec![],
+        };
+        report.mark_unexercised(&protocol.catalogue(), protocol.watched());
+        report
+    }
+
+    /// How requirement `id` stands in this run (see [`exercise`]); `None`
+    /// when no case of the run cites it.
+    pub fn exercise_of(&self, id: &str, watched: &[&str]) -> Option<Exercise> {
+        let cases: Vec<&CaseResult> = self
+            .cases
+            .iter()
+            .filter(|c| c.requirements.iter().any(|r| r == id))
+            .collect();
+        let any_ran = self.cases.iter().any(|c| c.outcome != Outcome::Skip);
+        (!cases.is_empty()).then(|| exercise(&cases, any_ran && watched.contains(&id)))
+    }
+
+    /// Finds the MUST requirements of the role whose selected cases were all
+    /// skipped with at least one skip outside the target's declaration
+    /// ("no vacuous green"); requirements no selected case cites are left
+    /// alone (a filtered run says nothing about them).
+    /// `watched` are the requirements checked on every message of every
+    /// case: any case that ran exercised them.
+    pub fn mark_unexercised(
+        &mut self,
+        catalogue: &crate::requirements::Catalogue,
+        watched: &[&str],
+    ) {
+        let mut found = Vec::new();
+        for r in catalogue
+            .requirements
+            .iter()
+            .filter(|r| r.role == self.role && r.level == Level::Must)
+        {
+            if self.exercise_of(&r.id, watched) == Some(Exercise::Unexercised) {
+                found.push(Unexercised {
+                    requirement: r.id.clone(),
+                    cases: self
+                        .cases
+                        .iter()
+                        .filter(|c| c.requirements.contains(&r.id))
+                        .map(|c| SkippedCase {
+                            case: c.id.clone(),
+                            why: c.message.clone(),
+                        })
+                        .collect(),
+                });
+            }
+        }
+        self.summary.unexercised = found.len();
+        self.unexercised = found;
     }
 }
 

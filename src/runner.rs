@@ -57,6 +57,7 @@ pub async fn run_cases<S>(
                 outcome: crate::outcome::Outcome::Error,
                 message: "conform failed while running this case (a bug in conform)".into(),
                 duration_ms: 0,
+                skip_kind: None,
                 transcript: vec![],
             })
         })

@@ -304,38 +304,154 @@ fn a_cwx_host_that_cannot_start_is_exit_2_and_list_works() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("cwx/handshake/hello"));
 }
 
+/// Runs `conform run` with `args` and `--format F --output FILE` for every
+/// format, and snapshots each rendering as `format_<F>_<name>`.
+fn snapshot_every_format(name: &str, args: &[String]) {
+    for format in ["human", "json", "junit", "markdown", "html"] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("report");
+        let out = conform()
+            .arg("run")
+            .args(args)
+            .args(["-j", "1", "--format", format])
+            .arg("--output")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.code().is_some_and(|c| c < 2),
+            "{name} {format}: {out:?}"
+        );
+        let text = std::fs::read_to_string(&file).unwrap();
+        snapshot_rendered(&format!("format_{format}_{name}"), &text);
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
 #[test]
 fn every_format_is_snapshotted_for_the_reference_and_a_broken_server() {
-    let mut targets = vec![("builtin", "builtin".to_owned())];
+    let args = |target: &str| {
+        let mut a = strings(&["--protocol", "agent-socket", "--target", target]);
+        a.extend(strings(&["--filter", "agent-socket/framing/"]));
+        a
+    };
+    snapshot_every_format("builtin", &args("builtin"));
     if python_available() {
-        targets.push(("wrong_id", fixture_target("--deviation wrong-id")));
+        snapshot_every_format("wrong_id", &args(&fixture_target("--deviation wrong-id")));
     }
-    for (name, target) in targets {
-        for format in ["human", "json", "junit", "markdown", "html"] {
-            let dir = tempfile::tempdir().unwrap();
-            let file = dir.path().join("report");
-            let out = conform()
-                .args(["run", "--protocol", "agent-socket", "--target", &target])
-                .args([
-                    "--filter",
-                    "agent-socket/framing/",
-                    "-j",
-                    "1",
-                    "--format",
-                    format,
-                ])
-                .arg("--output")
-                .arg(&file)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.code().is_some_and(|c| c < 2),
-                "{format}: {out:?}"
-            );
-            let text = std::fs::read_to_string(&file).unwrap();
-            snapshot_rendered(&format!("format_{format}_{name}"), &text);
-        }
+}
+
+#[test]
+fn every_format_is_snapshotted_for_the_acp_and_cwx_references_and_doubles() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let acp = |target: &str| {
+        strings(&[
+            "--protocol",
+            "acp",
+            "--target",
+            target,
+            "--filter",
+            "acp/init/,acp/prompt/",
+        ])
+    };
+    let cwx = |target: &str| {
+        strings(&[
+            "--protocol",
+            "cwx",
+            "--target",
+            target,
+            "--filter",
+            "cwx/handshake/,cwx/ping/",
+        ])
+    };
+    snapshot_every_format("acp_builtin", &acp("builtin"));
+    snapshot_every_format("cwx_builtin", &cwx("builtin"));
+    if !python_available() {
+        eprintln!("skipped the doubles: python3 is not available");
+        return;
     }
+    snapshot_every_format(
+        "acp_bad_stop_reason",
+        &acp(&format!(
+            "exec:python3 {fixtures}/acp_agent.py --deviation bad-stop-reason"
+        )),
+    );
+    snapshot_every_format(
+        "cwx_ping_silent",
+        &cwx(&format!(
+            "exec:python3 {fixtures}/cwx_host.py --tier plugin --deviation ping-silent"
+        )),
+    );
+    // An agent without credentials: its session cases are all skipped, so
+    // the MUSTs they check are reported unexercised and the run fails.
+    snapshot_every_format(
+        "acp_needs_auth",
+        &acp(&format!(
+            "exec:python3 {fixtures}/acp_agent.py --variant needs-auth"
+        )),
+    );
+}
+
+#[test]
+fn several_targets_make_a_matrix_in_every_format() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    let mut args = strings(&["--protocol", "agent-socket", "--target", "builtin"]);
+    args.extend(strings(&[
+        "--target",
+        &fixture_target("--deviation wrong-id"),
+        "--filter",
+        "agent-socket/framing/",
+    ]));
+    snapshot_every_format("matrix", &args);
+    // The JSON matrix: one row a case, one cell a target, and each target's
+    // own report under `runs`; the worst cell is the row's outcome.
+    let out = conform()
+        .arg("run")
+        .args(&args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the broken column fails the run"
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m["targets"].as_array().unwrap().len(), 2);
+    assert_eq!(m["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(m["runs"][0]["summary"]["failed"], 0, "builtin passes");
+    let row = m["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "agent-socket/framing/handshake-envelope")
+        .unwrap();
+    assert_eq!(row["by_target"][0]["outcome"], "pass");
+    assert_eq!(row["by_target"][1]["outcome"], "fail");
+    assert_eq!(row["outcome"], "fail");
+    let rows = m["cases"].as_array().unwrap().len() as u64;
+    assert_eq!(m["summary"]["total"], rows * 2, "a cell a case and target");
+    // Every target alone passing is a passing matrix.
+    let out = conform()
+        .args(["run", "--protocol", "agent-socket", "--target", "builtin"])
+        .args(["--target", "builtin", "--filter", "agent-socket/framing/"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // A certificate names one target.
+    let out = conform()
+        .arg("run")
+        .args(&args)
+        .args(["--certify", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]

@@ -100,25 +100,27 @@ fn junit_reports_validate_against_the_jenkins_junit_schema() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    // Passes, failures with warnings and infos, skips; and another protocol.
-    let runs = [
-        ("agent-socket", "builtin".to_owned()),
-        ("agent-socket", fixture_target("--deviation wrong-id")),
-        ("agent-socket", fixture_target("--variant tools-only")),
-        ("acp", "builtin".to_owned()),
+    let acp_fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/acp_agent.py");
+    let needs_auth = format!("exec:python3 {acp_fixture} --variant needs-auth");
+    // Passes, failures with warnings and infos, skips; another protocol; MUSTs
+    // left unexercised; several targets in one run (a suite each).
+    let runs: Vec<(&str, Vec<String>)> = vec![
+        ("agent-socket", vec!["builtin".to_owned()]),
+        ("agent-socket", vec![fixture_target("--deviation wrong-id")]),
+        ("agent-socket", vec![fixture_target("--variant tools-only")]),
+        ("acp", vec!["builtin".to_owned()]),
+        ("acp", vec![needs_auth]),
+        (
+            "agent-socket",
+            vec!["builtin".to_owned(), fixture_target("--deviation wrong-id")],
+        ),
     ];
-    for (i, (protocol, target)) in runs.iter().enumerate() {
+    for (i, (protocol, targets)) in runs.iter().enumerate() {
         let file = dir.path().join(format!("{i}.xml"));
+        let target = targets.join(" ");
         let out = conform()
-            .args([
-                "run",
-                "--protocol",
-                protocol,
-                "--target",
-                target,
-                "--format",
-                "junit",
-            ])
+            .args(["run", "--protocol", protocol, "--format", "junit"])
+            .args(targets.iter().flat_map(|t| ["--target", t.as_str()]))
             .arg("--output")
             .arg(&file)
             .output()

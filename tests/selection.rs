@@ -97,19 +97,20 @@ fn a_dry_run_lists_the_selection_and_starts_nothing() {
 }
 
 fn run_with_baseline(target: &str, filter: &str, entries: Value) -> (Option<i32>, Value, String) {
+    run_targets_with_baseline(&[target], filter, entries)
+}
+
+fn run_targets_with_baseline(
+    targets: &[&str],
+    filter: &str,
+    entries: Value,
+) -> (Option<i32>, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("expected.json");
     std::fs::write(&file, json!({"expected_failures": entries}).to_string()).unwrap();
     let out = conform()
-        .args([
-            "run",
-            "--protocol",
-            "agent-socket",
-            "--target",
-            target,
-            "--format",
-            "json",
-        ])
+        .args(["run", "--protocol", "agent-socket", "--format", "json"])
+        .args(targets.iter().flat_map(|t| ["--target", t]))
         .args(["--filter", filter, "--expected-failures"])
         .arg(&file)
         .output()
@@ -276,12 +277,16 @@ fn transcripts_are_written_for_every_case_with_secrets_redacted() {
 }
 
 fn certify(target: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    certify_protocol("agent-socket", target, extra)
+}
+
+fn certify_protocol(protocol: &str, target: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = conform()
         .args([
             "run",
             "--protocol",
-            "agent-socket",
+            protocol,
             "--target",
             target,
             "--format",
@@ -362,24 +367,139 @@ fn a_broken_or_partial_run_is_not_conformant_and_says_why() {
     assert!(md.contains("not conformant because"), "{md}");
 }
 
+fn requirement<'a>(bundle: &'a Value, id: &str) -> &'a Value {
+    bundle["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .unwrap_or_else(|| panic!("{id} in the bundle"))
+}
+
 #[test]
-fn musts_exercised_by_no_case_that_ran_are_not_a_pass() {
+fn musts_whose_cases_were_all_skipped_outside_the_declaration_are_not_a_pass() {
     if !python_available() {
         eprintln!("skipped: python3 is not available");
         return;
     }
-    // A tools-only server skips every sandbox case: the run passes, the
-    // certificate does not.
-    let (code, b, _) = certify(
-        &fixture_target("--variant tools-only"),
-        &["--filter", "agent-socket/sandbox/"],
+    // An agent without credentials: session/new answers auth_required, so
+    // every case that needs a session is skipped. Nothing failed, yet the
+    // MUSTs only those cases check were never tested: the run is not a pass.
+    let target = format!(
+        "exec:python3 {}/tests/fixtures/acp_agent.py --variant needs-auth",
+        env!("CARGO_MANIFEST_DIR")
     );
-    assert_eq!(code, Some(0), "the run itself passes");
-    assert_eq!(b["verdict"], "not conformant");
-    let reasons = b["reasons"].to_string();
+    let (code, b, md) = certify_protocol("acp", &target, &[]);
+    assert_eq!(code, Some(1), "not a pass");
+    assert_eq!(b["summary"]["failed"], 0);
+    assert!(b["summary"]["unexercised"].as_u64().unwrap() > 0, "{b:#}");
+    assert_eq!(
+        requirement(&b, "acp.prompt.respond-stop-reason")["verdict"],
+        "not-exercised"
+    );
+    // Checked on every line of every case, and cases that need no session ran.
+    assert_eq!(
+        requirement(&b, "acp.jsonrpc.envelope")["verdict"],
+        "watched"
+    );
+    assert!(md.contains("not exercised"), "{md}");
+    let out = conform()
+        .args([
+            "run",
+            "--protocol",
+            "acp",
+            "--target",
+            &target,
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let unexercised: Vec<&str> = report["unexercised"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["requirement"].as_str().unwrap())
+        .collect();
     assert!(
-        reasons.contains("MUST requirements were not exercised"),
-        "{reasons}"
+        unexercised.contains(&"acp.prompt.respond-stop-reason"),
+        "{unexercised:?}"
     );
-    assert!(reasons.contains("as.exec.result"), "{reasons}");
+    assert!(!unexercised.contains(&"acp.jsonrpc.envelope"));
+    // Skipped for want of credentials: outside; for a capability the agent
+    // does not advertise (authMethods here): declared.
+    for c in report["cases"].as_array().unwrap() {
+        if c["outcome"] == "skip" {
+            let outside = c["message"]
+                .as_str()
+                .unwrap()
+                .contains("requires authentication");
+            let kind = if outside { "outside" } else { "declared" };
+            assert_eq!(c["skip_kind"], kind, "{c:#}");
+        }
+    }
+}
+
+#[test]
+fn musts_the_target_declared_out_are_not_applicable_not_unexercised() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    // A tools-only server declares no sandbox: the sandbox cases do not
+    // apply, which is neither a failure nor a gap.
+    let (code, b, _) = certify(&fixture_target("--variant tools-only"), &[]);
+    assert_eq!(code, Some(0), "{b:#}");
+    assert_eq!(b["summary"].get("unexercised"), None, "{b:#}");
+    assert_eq!(
+        requirement(&b, "as.exec.result")["verdict"],
+        "not-applicable"
+    );
+    assert_eq!(b["verdict"], "conformant", "{:#}", b["reasons"]);
+    let evidence = &requirement(&b, "as.exec.result")["evidence"];
+    assert!(
+        evidence
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["outcome"] == "skip")
+    );
+}
+
+#[test]
+fn a_baseline_entry_can_name_its_target_in_a_matrix() {
+    if !python_available() {
+        eprintln!("skipped: python3 is not available");
+        return;
+    }
+    let broken = fixture_target("--deviation wrong-id");
+    let targets = ["builtin", broken.as_str()];
+    let for_broken: Vec<Value> = WRONG_ID_FAILS
+        .iter()
+        .map(|id| json!({"id": id, "reason": "off by one", "target": broken}))
+        .collect();
+    let string_id =
+        json!({"id": "agent-socket/framing/string-id", "reason": "x", "target": broken});
+    let mut listed = for_broken.clone();
+    listed.push(string_id);
+    // Waived on the broken target only: the matrix passes.
+    let (code, m, stderr) =
+        run_targets_with_baseline(&targets, "agent-socket/framing/", json!(listed));
+    assert_eq!(code, Some(0), "{stderr}\n{m:#}");
+    assert_eq!(m["runs"][1]["summary"]["waived"], 5);
+    assert_eq!(m["runs"][0]["summary"].get("stale"), None);
+    // The same entries for every target: the builtin passes them, stale.
+    let (code, m, _) =
+        run_targets_with_baseline(&targets, "agent-socket/framing/", entries(WRONG_ID_FAILS));
+    assert_eq!(code, Some(1));
+    assert_eq!(m["runs"][0]["summary"]["stale"], 5);
+    // A target the run does not test is a usage error.
+    let (code, _, stderr) = run_targets_with_baseline(
+        &targets,
+        "agent-socket/framing/",
+        json!([{"id": WRONG_ID_FAILS[0], "reason": "x", "target": "exec:other"}]),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("does not test"), "{stderr}");
 }

@@ -135,6 +135,7 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
         outcome: Outcome::Error,
         message,
         duration_ms: 0,
+        skip_kind: None,
         transcript: vec![],
     }
 }

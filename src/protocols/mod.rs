@@ -23,6 +23,32 @@ impl Protocol {
         }
     }
 
+    /// The protocol whose id this is.
+    pub fn from_id(id: &str) -> Option<Protocol> {
+        [Protocol::AgentSocket, Protocol::Cwx, Protocol::Acp]
+            .into_iter()
+            .find(|p| p.id() == id)
+    }
+
+    /// The requirement catalogue.
+    pub fn catalogue(self) -> crate::requirements::Catalogue {
+        match self {
+            Protocol::AgentSocket => agent_socket::catalogue(),
+            Protocol::Cwx => cwx::catalogue(),
+            Protocol::Acp => acp::catalogue(),
+        }
+    }
+
+    /// The requirements checked on every message of every case that runs,
+    /// whichever case cites them: any case that ran exercised them.
+    pub fn watched(self) -> &'static [&'static str] {
+        match self {
+            Protocol::AgentSocket => &[],
+            Protocol::Cwx => cwx::driver::rules::EVERY_MESSAGE,
+            Protocol::Acp => acp::monitor::rules::EVERY_MESSAGE,
+        }
+    }
+
     /// The roles conform can test, the default first (DESIGN.md).
     pub fn roles(self) -> &'static [&'static str] {
         match self {

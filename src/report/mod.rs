@@ -1,5 +1,7 @@
 //! Report formats. Each is a pure function of a [`RunReport`].
 
+pub mod matrix;
+
 use crate::outcome::{CaseResult, Direction, Outcome, RunReport};
 use clap::ValueEnum;
 use std::fmt::Write as _;
@@ -57,7 +59,29 @@ fn summary_line(report: &RunReport) -> String {
     ) + &match (s.waived, s.stale) {
         (0, 0) => String::new(),
         (w, st) => format!("; {w} expected failures waived, {st} stale"),
+    } + &match s.unexercised {
+        0 => String::new(),
+        n => format!("; {n} MUST requirements unexercised (not a pass)"),
     }
+}
+
+/// The "no vacuous green" lines: each MUST requirement the run did not
+/// exercise, with the cases that would have and why they were skipped.
+fn unexercised_text(report: &RunReport) -> String {
+    let mut out = String::new();
+    if report.unexercised.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nNOT A PASS: {} MUST requirements were not exercised: every case that checks them was skipped, and not because the target declared it does not support them (the reasons are under \"skipped\"):",
+        report.unexercised.len()
+    );
+    for u in &report.unexercised {
+        let cases: Vec<&str> = u.cases.iter().map(|c| c.case.as_str()).collect();
+        let _ = writeln!(out, "  {} ({})", u.requirement, cases.join(", "));
+    }
+    out
 }
 
 fn transcript_text(r: &CaseResult, out: &mut String, indent: &str) {
@@ -137,6 +161,7 @@ pub fn human(report: &RunReport, with_list: bool) -> String {
     for n in &report.notes {
         let _ = writeln!(out, "\nnote: {n}");
     }
+    out.push_str(&unexercised_text(report));
     let _ = writeln!(out, "\n{}", summary_line(report));
     out
 }
@@ -165,25 +190,62 @@ fn xml_escape(s: &str) -> String {
     out
 }
 
-fn junit(report: &RunReport) -> String {
-    let s = &report.summary;
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let seconds = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
-    let total_ms: u64 = report.cases.iter().map(|c| c.duration_ms).sum();
-    let name = xml_escape(&format!("conform {} {}", report.protocol, report.role));
-    // The same counts on the run (testsuites) and its one suite (testsuite);
-    // the Jenkins schema (junit-10.xsd) admits `skipped` on the suite only.
-    let counts = format!(
-        "name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\"",
-        s.total,
-        s.failed,
-        s.errors,
+fn seconds(ms: u64) -> String {
+    format!("{:.3}", ms as f64 / 1000.0)
+}
+
+/// The `name tests failures errors time` attributes of runs taken together
+/// (a testsuites element, or one run's testsuite).
+fn junit_counts(name: &str, reports: &[&RunReport]) -> String {
+    let sum = |f: fn(&RunReport) -> usize| reports.iter().map(|r| f(r)).sum::<usize>();
+    let total_ms: u64 = reports
+        .iter()
+        .flat_map(|r| &r.cases)
+        .map(|c| c.duration_ms)
+        .sum();
+    format!(
+        "name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\"",
+        xml_escape(name),
+        sum(|r| r.summary.total + r.summary.unexercised),
+        sum(|r| r.summary.failed + r.summary.unexercised),
+        sum(|r| r.summary.errors),
         seconds(total_ms)
-    );
+    )
+}
+
+fn junit(report: &RunReport) -> String {
+    junit_document(
+        &[report],
+        &[format!("conform {} {}", report.protocol, report.role)],
+    )
+}
+
+/// A JUnit document of one testsuite a run. The Jenkins schema
+/// (junit-10.xsd) admits `skipped` on a testsuite only, not on testsuites.
+fn junit_document(reports: &[&RunReport], names: &[String]) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let run_name = match reports {
+        [one] => format!("conform {} {}", one.protocol, one.role),
+        _ => format!(
+            "conform {} {} matrix",
+            reports.first().map(|r| r.protocol.as_str()).unwrap_or(""),
+            reports.first().map(|r| r.role.as_str()).unwrap_or("")
+        ),
+    };
+    let _ = writeln!(out, "<testsuites {}>", junit_counts(&run_name, reports));
+    for (report, name) in reports.iter().zip(names) {
+        junit_suite(report, name, &mut out);
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
     let _ = writeln!(
         out,
-        "<testsuites {counts}>\n  <testsuite {counts} skipped=\"{}\">",
-        s.skipped
+        "  <testsuite {} skipped=\"{}\">",
+        junit_counts(name, &[report]),
+        report.summary.skipped
     );
     let _ = writeln!(
         out,
@@ -242,8 +304,23 @@ fn junit(report: &RunReport) -> String {
             let _ = write!(out, ">\n{body}    </testcase>\n");
         }
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    // A MUST nothing exercised fails the run: CI readers see it as a failed
+    // test named after the requirement.
+    for u in &report.unexercised {
+        let why: Vec<String> = u
+            .cases
+            .iter()
+            .map(|c| format!("{}: {}", c.case, c.why))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      <failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>\n    </testcase>",
+            xml_escape(&report.protocol),
+            xml_escape(&u.requirement),
+            xml_escape(&why.join("\n"))
+        );
+    }
+    out.push_str("  </testsuite>\n");
 }
 
 fn md_cell(s: &str) -> String {
@@ -271,6 +348,13 @@ fn markdown(report: &RunReport) -> String {
             md_cell(&c.message)
         );
     }
+    markdown_details(report, "##", &mut out);
+    out
+}
+
+/// Each failure with its transcript, and what the run did not exercise,
+/// under headings of `level` (`##`).
+fn markdown_details(report: &RunReport, level: &str, out: &mut String) {
     for c in report
         .cases
         .iter()
@@ -278,15 +362,18 @@ fn markdown(report: &RunReport) -> String {
     {
         let _ = writeln!(
             out,
-            "\n## {} `{}`\n\n{}\n\n```",
+            "\n{level} {} `{}`\n\n{}\n\n```",
             c.outcome.as_str(),
             c.id,
             c.message
         );
-        transcript_text(c, &mut out, "");
+        transcript_text(c, out, "");
         out.push_str("```\n");
     }
-    out
+    let unexercised = unexercised_text(report);
+    if !unexercised.is_empty() {
+        let _ = write!(out, "\n{level} Not exercised\n\n```{unexercised}```\n");
+    }
 }
 
 /// Writes one JSON file a case into `dir`: its outcome, message and whole
@@ -358,25 +445,26 @@ const OUTCOMES: [Outcome; 6] = [
 
 /// The catalogue of a report's protocol, for the requirement levels.
 fn catalogue_of(protocol: &str) -> Option<crate::requirements::Catalogue> {
-    use crate::protocols::{acp, agent_socket, cwx};
-    match protocol {
-        "agent-socket" => Some(agent_socket::catalogue()),
-        "acp" => Some(acp::catalogue()),
-        "cwx" => Some(cwx::catalogue()),
-        _ => None,
-    }
+    crate::protocols::Protocol::from_id(protocol).map(|p| p.catalogue())
 }
 
 /// A self-contained HTML report: a summary by level, a table of the
 /// requirements the cases check with their worst outcome, every case, and
 /// for each failure its message and transcript. Inline CSS only.
 fn html(report: &RunReport) -> String {
-    use crate::case::Level;
-    let mut out = String::new();
     let title = format!(
         "conform: {} {} against {}",
         report.protocol, report.role, report.target
     );
+    let mut out = html_head(&title);
+    html_body(report, "", &mut out);
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// The page's head, its style and its title heading.
+fn html_head(title: &str) -> String {
+    let mut out = String::new();
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n\
@@ -385,16 +473,23 @@ table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;paddi
 th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{background:#f7f7f7;padding:8px;overflow-x:auto;white-space:pre-wrap}}\n\
 .fail,.error{{background:#fdd}}.warn{{background:#ffe9b3}}.info{{background:#e6f0ff}}.skip{{background:#eee}}.pass{{background:#dfd}}\n\
 .verdict{{font-size:1.3em;font-weight:bold}}\n</style></head><body>\n<h1>{}</h1>\n",
-        html_escape(&title),
-        html_escape(&title)
+        html_escape(title),
+        html_escape(title)
     );
+    out
+}
+
+/// One run's verdict, summaries, cases and failures; every anchor starts
+/// with `anchor` so several runs fit on one page.
+fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
+    use crate::case::Level;
     let verdict = if report.exit_code() == 0 {
         "PASSED"
     } else {
         "FAILED"
     };
     let _ = writeln!(
-        out,
+        *out,
         "<p class=\"verdict {}\">{verdict}</p>\n<p>conform {} &middot; {}</p>",
         if verdict == "PASSED" { "pass" } else { "fail" },
         html_escape(&report.conform_version),
@@ -443,7 +538,10 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
             req.map(|r| r.level.as_str()).unwrap_or(""),
             cases
                 .iter()
-                .map(|c| format!("<a href=\"#{0}\"><code>{0}</code></a>", html_escape(&c.id)))
+                .map(|c| format!(
+                    "<a href=\"#{anchor}{0}\"><code>{0}</code></a>",
+                    html_escape(&c.id)
+                ))
                 .collect::<Vec<_>>()
                 .join("<br>"),
             html_escape(req.map(|r| r.quote.as_str()).unwrap_or("")),
@@ -456,7 +554,7 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
     for c in &report.cases {
         let _ = writeln!(
             out,
-            "<tr id=\"{id}\"><td class=\"{o}\">{o}</td><td>{}</td><td><code>{id}</code><br>{}</td><td>{}</td></tr>",
+            "<tr id=\"{anchor}{id}\"><td class=\"{o}\">{o}</td><td>{}</td><td><code>{id}</code><br>{}</td><td>{}</td></tr>",
             c.level.as_str(),
             html_escape(&c.title),
             html_escape(&c.message).replace('\n', "<br>"),
@@ -519,6 +617,12 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
     for n in &report.notes {
         let _ = writeln!(out, "<p>note: {}</p>", html_escape(n).replace('\n', "<br>"));
     }
-    out.push_str("</body></html>\n");
-    out
+    let unexercised = unexercised_text(report);
+    if !unexercised.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h2 class=\"fail\">Not exercised</h2>\n<pre>{}</pre>",
+            html_escape(unexercised.trim())
+        );
+    }
 }

@@ -208,6 +208,10 @@ pub fn snapshot_rendered(name: &str, text: &str) {
         r"exec:python3 \S+/agent_socket_server\.py",
         "exec:python3 [fixture]",
     );
+    settings.add_filter(
+        r"exec:python3 \S+/tests/fixtures/(\w+\.py)",
+        "exec:python3 [fixtures]/$1",
+    );
     settings.add_filter(r#"time="[0-9.]+""#, r#"time="[s]""#);
     settings.add_filter(
         r#"\\"python\\":\\"[^\\"]*\\""#,

@@ -9,7 +9,9 @@ use super::steps::{AnswerRule, Config, Expect, NamedCheck, Permission, Setup, St
 use super::table;
 use crate::case::{Case, Level};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::outcome::{
+    CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
+};
 use crate::requirements::Catalogue;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
@@ -39,7 +41,7 @@ pub struct Probe {
 
 impl Probe {
     /// Why a case with `needs` does not apply to this agent, if it does not.
-    pub fn skip_reason(&self, needs: &[String]) -> Option<String> {
+    pub fn skip_reason(&self, needs: &[String]) -> Option<(String, SkipKind)> {
         for need in needs {
             let met = match need.as_str() {
                 "session" => self.session.is_ok(),
@@ -68,15 +70,22 @@ impl Probe {
                 }
             };
             if !met {
-                return Some(match (need.as_str(), &self.session) {
-                    ("session", Err(why)) => why.clone(),
+                // A session the agent could not create (no credentials, no
+                // model) is outside its declaration; the rest it declared.
+                let kind = match (need.as_str(), &self.session) {
+                    ("session" | "modes" | "configOptions", Err(_)) => SkipKind::Outside,
+                    _ => SkipKind::Declared,
+                };
+                let why = match (need.as_str(), &self.session) {
+                    ("session" | "modes" | "configOptions", Err(why)) => why.clone(),
                     ("modes", _) => "the agent's session/new result offers no modes".into(),
                     ("configOptions", _) => {
                         "the agent's session/new result offers no config options".into()
                     }
                     ("authMethods", _) => "the agent advertises no authMethods".into(),
                     (other, _) => format!("the agent does not advertise agentCapabilities.{other}"),
-                });
+                };
+                return Some((why, kind));
             }
         }
         None
@@ -273,10 +282,14 @@ impl Context {
                 outcome,
                 message,
                 duration_ms: started.elapsed().as_millis() as u64,
+                skip_kind: (outcome == Outcome::Skip).then_some(SkipKind::Outside),
                 transcript,
             };
-        if let Some(why) = self.probe.skip_reason(&case.needs) {
-            return result(Outcome::Skip, why, vec![]);
+        if let Some((why, kind)) = self.probe.skip_reason(&case.needs) {
+            return CaseResult {
+                skip_kind: Some(kind),
+                ..result(Outcome::Skip, why, vec![])
+            };
         }
         let config: Config = if case.config.is_null() {
             Config::default()

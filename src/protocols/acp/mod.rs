@@ -12,7 +12,7 @@ pub mod table;
 
 use crate::case::{self, Case, CaseFileError};
 use crate::error::RunError;
-use crate::outcome::{CaseResult, RunReport, Summary};
+use crate::outcome::{CaseResult, RunReport};
 use crate::requirements::Catalogue;
 use crate::runner;
 use crate::target::Target;
@@ -126,18 +126,14 @@ pub async fn run(
     };
     let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
     notes.push(coverage_note(&results));
-    Ok(RunReport {
-        protocol: "acp".into(),
-        role: "agent".into(),
-        target: options.target.to_string(),
-        conform_version: env!("CARGO_PKG_VERSION").into(),
-        strict: options.strict,
-        summary: Summary::of(&results),
-        cases: results,
+    Ok(RunReport::new(
+        crate::protocols::Protocol::Acp,
+        "agent",
+        options.target.to_string(),
+        options.strict,
+        results,
         notes,
-        waivers: Default::default(),
-        stale: vec![],
-    })
+    ))
 }
 
 /// How much of the agent-side catalogue the run exercised: requirements

@@ -25,6 +25,9 @@ pub mod rules {
     pub const LOAD_REPLAY_BEFORE_RESPONSE: &str = "acp.load.respond-after-replay";
     pub const RESUME_NO_REPLAY: &str = "acp.session.resume-no-replay";
 
+    /// The rules checked on every line of every case, whatever it does.
+    pub const EVERY_MESSAGE: &[&str] = &[STDOUT_ONLY, UTF8, ENVELOPE, ID_ECHO, SCHEMA];
+
     /// Every id above, for the test that checks them against the catalogue.
     pub const ALL: &[&str] = &[
         STDOUT_ONLY,

@@ -7,7 +7,9 @@ use super::validate::{self, DeclaredSandbox, DeclaredTool};
 use crate::case::Case;
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::outcome::{
+    CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
+};
 use crate::transport::process::describe_status;
 use crate::transport::unix::{self, ReadOutcome};
 use serde_json::{Value, json};
@@ -42,6 +44,8 @@ pub struct Declared {
     pub vars: Vars,
     /// Why the handshake gave no usable reply at all.
     pub handshake_failed: Option<String>,
+    /// The server declared no sandbox (workspace and python null).
+    pub sandbox_declared_none: bool,
 }
 
 /// A server under test, reachable on `socket`.
@@ -156,7 +160,9 @@ impl Session {
                 {
                     d.tool_timeout = t;
                 }
-                d.sandbox_unusable = match validate::declared_sandbox(&r) {
+                let declared = validate::declared_sandbox(&r);
+                d.sandbox_declared_none = matches!(declared, DeclaredSandbox::None);
+                d.sandbox_unusable = match declared {
                     DeclaredSandbox::None => Some(
                         "the server declares no sandbox (workspace and python are null)".into(),
                     ),
@@ -186,29 +192,42 @@ impl Session {
         self.declared = d;
     }
 
-    /// Why a case does not apply to this server, if it does not.
-    pub fn skip_reason(&self, needs: &[String]) -> Option<String> {
+    /// Why a case does not apply to this server, if it does not: a sandbox
+    /// or tools the server declares it has none of make the case not
+    /// applicable; a failed handshake or an unusable declaration leaves it
+    /// unexercised.
+    pub fn skip_reason(&self, needs: &[String]) -> Option<(String, SkipKind)> {
+        let handshake = || {
+            self.declared
+                .handshake_failed
+                .as_ref()
+                .map(|_| ("the handshake failed".to_owned(), SkipKind::Outside))
+        };
         for need in needs {
-            match need.as_str() {
-                "sandbox" => {
-                    if let Some(why) = &self.declared.sandbox_unusable {
-                        return Some(why.clone());
+            let why = match need.as_str() {
+                "sandbox" => match &self.declared.sandbox_unusable {
+                    Some(why) if self.declared.sandbox_declared_none => {
+                        Some((why.clone(), SkipKind::Declared))
                     }
-                }
-                "tools" => {
-                    if self.declared.handshake_failed.is_some() {
-                        return Some("the handshake failed".into());
-                    }
-                    if self.declared.tools.is_empty() {
-                        return Some("the server declares no tools".into());
-                    }
-                }
-                "handshake" => {
-                    if self.declared.handshake_failed.is_some() {
-                        return Some("the handshake failed".into());
-                    }
-                }
-                other => return Some(format!("unknown capability `{other}` in the case")),
+                    Some(why) => Some((why.clone(), SkipKind::Outside)),
+                    None => None,
+                },
+                "tools" => handshake().or_else(|| {
+                    self.declared.tools.is_empty().then(|| {
+                        (
+                            "the server declares no tools".to_owned(),
+                            SkipKind::Declared,
+                        )
+                    })
+                }),
+                "handshake" => handshake(),
+                other => Some((
+                    format!("unknown capability `{other}` in the case"),
+                    SkipKind::Outside,
+                )),
+            };
+            if why.is_some() {
+                return why;
             }
         }
         None
@@ -242,8 +261,10 @@ impl Session {
             run.vars
                 .set("scratch", json!(format!("{ws}/.conform-{uniq}")));
         }
-        let outcome = if let Some(why) = self.skip_reason(&case.needs) {
+        let mut skip_kind = None;
+        let outcome = if let Some((why, kind)) = self.skip_reason(&case.needs) {
             run.observations.push(why);
+            skip_kind = Some(kind);
             Outcome::Skip
         } else {
             let rounds: Vec<Option<&DeclaredTool>> = match case.for_each.as_deref() {
@@ -307,6 +328,7 @@ impl Session {
             outcome,
             message: message.trim().to_owned(),
             duration_ms: started.elapsed().as_millis() as u64,
+            skip_kind,
             transcript,
         }
     }

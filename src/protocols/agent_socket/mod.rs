@@ -10,7 +10,7 @@ pub mod validate;
 
 use crate::case::{self, Case, CaseFileError};
 use crate::error::RunError;
-use crate::outcome::{CaseResult, RunReport, Summary};
+use crate::outcome::{CaseResult, RunReport};
 use crate::requirements::Catalogue;
 use crate::runner;
 use crate::target::Target;
@@ -246,16 +246,12 @@ pub async fn run(
     };
     let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
     stop(&mut started, &mut notes).await;
-    Ok(RunReport {
-        protocol: "agent-socket".into(),
-        role: "server".into(),
-        target: options.target.to_string(),
-        conform_version: env!("CARGO_PKG_VERSION").into(),
-        strict: options.strict,
-        summary: Summary::of(&results),
-        cases: results,
+    Ok(RunReport::new(
+        crate::protocols::Protocol::AgentSocket,
+        "server",
+        options.target.to_string(),
+        options.strict,
+        results,
         notes,
-        waivers: Default::default(),
-        stale: vec![],
-    })
+    ))
 }

@@ -8,7 +8,9 @@ use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::{Case, Level};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, Outcome, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::outcome::{
+    CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
+};
 use crate::requirements::Catalogue;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
@@ -30,6 +32,8 @@ pub mod rules {
     pub const ANSWERS: &str = "cwx.response.answers-a-request";
     pub const RESULT_SHAPE: &str = "cwx.result.shapes";
     pub const ALL: &[&str] = &[FRAME, STRICT, ANSWERS, RESULT_SHAPE];
+    /// Every case's handshake alone is framed, strict, answered and shaped.
+    pub const EVERY_MESSAGE: &[&str] = ALL;
 }
 
 /// The extension conform activates for the cases that need one.
@@ -215,6 +219,7 @@ impl Context {
             outcome,
             message,
             duration_ms: started.elapsed().as_millis() as u64,
+            skip_kind: (outcome == Outcome::Skip).then_some(SkipKind::Outside),
             transcript,
         };
         let config: Config = if case.config.is_null() {
@@ -233,11 +238,15 @@ impl Context {
             );
         }
         if case.needs.iter().any(|n| n == "builtin-tier") && self.tier != Tier::Builtin {
-            return result(
-                Outcome::Skip,
-                "the case is for a builtin-tier host".into(),
-                vec![],
-            );
+            // The tier is the host's declaration: not applicable.
+            return CaseResult {
+                skip_kind: Some(SkipKind::Declared),
+                ..result(
+                    Outcome::Skip,
+                    "the case is for a builtin-tier host".into(),
+                    vec![],
+                )
+            };
         }
         let stream = match LineStream::spawn_framed(&self.command, &[]) {
             Ok(s) => s,

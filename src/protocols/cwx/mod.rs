@@ -11,7 +11,7 @@ pub mod validate;
 
 use crate::case::{self, Case, CaseFileError};
 use crate::error::RunError;
-use crate::outcome::{CaseResult, RunReport, Summary};
+use crate::outcome::{CaseResult, RunReport};
 use crate::requirements::Catalogue;
 use crate::runner;
 use crate::target::Target;
@@ -152,16 +152,12 @@ pub async fn run(
     {
         notes.push("every case errored: the host could not be started".into());
     }
-    Ok(RunReport {
-        protocol: "cwx".into(),
-        role: "host".into(),
-        target: options.target.to_string(),
-        conform_version: env!("CARGO_PKG_VERSION").into(),
-        strict: options.strict,
-        summary: Summary::of(&results),
-        cases: results,
+    Ok(RunReport::new(
+        crate::protocols::Protocol::Cwx,
+        "host",
+        options.target.to_string(),
+        options.strict,
+        results,
         notes,
-        waivers: Default::default(),
-        stale: vec![],
-    })
+    ))
 }
