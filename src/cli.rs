@@ -217,10 +217,12 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
     };
     if !matches!(
         (protocol, role),
-        (Protocol::AgentSocket, "server") | (Protocol::Acp, "agent") | (Protocol::Cwx, "host")
+        (Protocol::AgentSocket, "server" | "client")
+            | (Protocol::Acp, "agent")
+            | (Protocol::Cwx, "host")
     ) {
         return Err(RunError::Usage(format!(
-            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server, acp agent and cwx host are",
+            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and client, acp agent and cwx host are",
             protocol.id()
         )));
     }
@@ -237,7 +239,7 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
 }
 
 async fn run(args: RunArgs) -> Result<i32, RunError> {
-    check_role(args.protocol, args.role.as_deref())?;
+    let role = check_role(args.protocol, args.role.as_deref())?;
     let targets = args
         .target
         .iter()
@@ -267,7 +269,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         } else {
             String::new()
         };
-        let Some(mut report) = run_target(&args, target, &extra, &mut progress, &label).await?
+        let Some(mut report) =
+            run_target(&args, role, target, &extra, &mut progress, &label).await?
         else {
             return Ok(0);
         };
@@ -289,7 +292,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         let bundle = crate::certify::bundle(
             report,
             &args.protocol.catalogue(),
-            args.protocol.watched(),
+            args.protocol.watched(role),
             &digest,
             complete,
         );
@@ -317,6 +320,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
 /// `None` when `--dry-run` printed the selection instead.
 async fn run_target(
     args: &RunArgs,
+    role: &str,
     target: Target,
     extra: &[(String, String)],
     progress: &mut Progress,
@@ -378,6 +382,24 @@ async fn run_target(
             let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
             (acp::run(&options, cases, &mut on_case).await?, b)
         }
+        Protocol::AgentSocket if role == "client" => {
+            let Some((cases, b)) =
+                prepare(agent_socket::load_client_cases(extra)?, args, &target_name)?
+            else {
+                return Ok(None);
+            };
+            let options = agent_socket::scripted_server::ClientRunOptions {
+                target,
+                jobs,
+                strict: args.strict,
+            };
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (
+                agent_socket::scripted_server::run(&options, cases, &mut on_case).await?,
+                b,
+            )
+        }
         Protocol::AgentSocket => {
             let Some((cases, b)) = prepare(agent_socket::load_cases(extra)?, args, &target_name)?
             else {
@@ -402,6 +424,13 @@ async fn run_target(
 
 async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
     let role = check_role(args.protocol, args.role.as_deref())?;
+    if role != args.protocol.roles()[0] {
+        return Err(RunError::Usage(format!(
+            "conform fuzz tests the {} role of {}; --role {role} is for conform run",
+            args.protocol.roles()[0],
+            args.protocol.id()
+        )));
+    }
     let target: Target = args
         .target
         .parse()
@@ -558,8 +587,17 @@ fn parse_tier(s: &str) -> Result<cwx::table::Tier, RunError> {
 }
 
 fn list(args: ListArgs) -> Result<i32, RunError> {
-    check_role(args.protocol, args.role.as_deref())?;
+    let role = check_role(args.protocol, args.role.as_deref())?;
     match args.protocol {
+        Protocol::AgentSocket if role == "client" => print_cases(
+            &selected(
+                agent_socket::load_client_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
+            &agent_socket::catalogue(),
+            args.json,
+        ),
         Protocol::Cwx => print_cases(
             &selected(
                 cwx::load_cases(&[])?,

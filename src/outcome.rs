@@ -267,7 +267,7 @@ impl RunReport {
             stale: vec![],
             unexercised: vec![],
         };
-        report.mark_unexercised(&protocol.catalogue(), protocol.watched());
+        report.mark_unexercised(&protocol.catalogue(), protocol.watched(role));
         report
     }
 

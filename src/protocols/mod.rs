@@ -41,8 +41,11 @@ impl Protocol {
 
     /// The requirements checked on every message of every case that runs,
     /// whichever case cites them: any case that ran exercised them.
-    pub fn watched(self) -> &'static [&'static str] {
+    pub fn watched(self, role: &str) -> &'static [&'static str] {
         match self {
+            Protocol::AgentSocket if role == "client" => {
+                agent_socket::scripted::rules::EVERY_MESSAGE
+            }
             Protocol::AgentSocket => &[],
             Protocol::Cwx => cwx::driver::rules::EVERY_MESSAGE,
             Protocol::Acp => acp::monitor::rules::EVERY_MESSAGE,

@@ -104,3 +104,25 @@ pub async fn read_rest(stream: &mut UnixStream, within: Duration, max: usize) ->
     }
     out
 }
+
+/// Reads until the peer closes or `within` passes, keeping at most `max`
+/// bytes; says whether the peer closed (a reset counts as a close).
+pub async fn read_until_close(
+    stream: &mut UnixStream,
+    within: Duration,
+    max: usize,
+) -> (Vec<u8>, bool) {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, true),
+            Ok(Ok(n)) => {
+                let keep = n.min(max.saturating_sub(out.len()));
+                out.extend_from_slice(&chunk[..keep]);
+            }
+            Err(_) => return (out, false),
+        }
+    }
+}

@@ -229,6 +229,13 @@ pub fn snapshot_rendered(name: &str, text: &str) {
     settings.bind(|| insta::assert_snapshot!(name, text));
 }
 
+/// Snapshots a `--role client` report: its times vary too ("after 0.3 s").
+pub fn snapshot_client_report(name: &str, report: &Value) {
+    let mut settings = report_settings();
+    settings.add_filter(r"\b\d+\.\d s\b", "[t] s");
+    settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
+}
+
 fn report_settings() -> insta::Settings {
     let mut settings = insta::Settings::clone_current();
     settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"));

@@ -1,9 +1,13 @@
 //! Mistral Vibe's agent socket, protocol version 2: conform plays Vibe and
-//! tests a server.
+//! tests a server (`driver`), or plays the server and tests a client
+//! (`scripted`, `scripted_server`).
 
 pub mod driver;
 pub mod fuzz;
 pub mod reference;
+pub mod reference_client;
+pub mod scripted;
+pub mod scripted_server;
 pub mod steps;
 pub mod table;
 pub mod validate;
@@ -44,6 +48,20 @@ pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFil
     })
 }
 
+/// The embedded client cases (`--role client`) plus `extra` files, checked.
+pub fn load_client_cases(
+    extra: &[(String, String)],
+) -> Result<Vec<Case<scripted::ClientStep>>, CaseFileError> {
+    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
+        scripted::ClientStep,
+    >| {
+        if c.for_each.is_some() || !c.needs.is_empty() || !c.finally.is_empty() {
+            return Err("client cases take no for_each, needs or finally".into());
+        }
+        scripted::ClientConfig::of(c).map(|_| ())
+    })
+}
+
 impl case::CheckedStep for Step {
     fn check(&self) -> Result<(), String> {
         self.validate()
@@ -67,7 +85,7 @@ struct Started {
 }
 
 /// A fresh 0700 directory for a socket.
-fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
+pub(crate) fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
         .prefix(prefix)
@@ -77,18 +95,21 @@ fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     Ok(dir)
 }
 
+/// Listens on `socket`, which is left mode 0600.
+pub fn bind_private(socket: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    // Bind with a umask that leaves the socket 0600.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let l = tokio::net::UnixListener::bind(socket);
+    nix::sys::stat::umask(old);
+    l
+}
+
 /// Starts the builtin reference server on a socket in a fresh directory.
 pub async fn start_reference(
     socket: &Path,
     workspace: &Path,
 ) -> std::io::Result<(tokio::task::JoinHandle<()>, reference::Running)> {
-    let listener = {
-        // Bind with a umask that leaves the socket 0600.
-        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-        let l = tokio::net::UnixListener::bind(socket);
-        nix::sys::stat::umask(old);
-        l?
-    };
+    let listener = bind_private(socket)?;
     let config = Arc::new(reference::Config {
         workspace: workspace.to_path_buf(),
         python: reference::find_python(),

@@ -1,0 +1,943 @@
+//! conform as the agent-socket server (`--role client`), sans-IO: the
+//! language of client cases (what the scripted server answers, what the
+//! client must then do), the record of what a client did, and its grading.
+//!
+//! A client case is data in `corpus/agent-socket/client/cases/`: its
+//! `config.serve` overrides, method by method, the answers of
+//! `corpus/agent-socket/client/serve.json`, and its steps are checks on what
+//! the client did with them. Every case also checks every request the client
+//! sent against the rules of [`rules::EVERY_MESSAGE`].
+
+use super::table;
+use super::validate::{self, DeclaredSandbox};
+use crate::case::Case;
+use crate::jsonrpc;
+use crate::matcher::{self, Vars};
+use crate::outcome::{Outcome, SkipKind};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Where the default answers live in the corpus.
+pub const SERVE_DEFAULTS: &str = "agent-socket/client/serve.json";
+/// Where the client cases live in the corpus.
+pub const CASES_DIR: &str = "agent-socket/client/cases";
+
+/// How long a client may take over its whole workload when a case says nothing.
+pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
+/// How late past its limit a client may close a connection it gave up on:
+/// scheduling on a shared machine, not leniency about the limit.
+pub const GIVE_UP_MARGIN_SECONDS: f64 = 3.0;
+/// How long conform waits, after its reply, for the client to close the connection.
+pub const CLOSE_WINDOW_SECONDS: f64 = 5.0;
+/// The longest request line conform reads; Vibe's requests are small.
+pub const REQUEST_LIMIT_BYTES: usize = 1024 * 1024;
+
+/// The requirements every case checks on every request.
+pub mod rules {
+    pub const INITIALIZE_FIRST: &str = "as.client.initialize-first";
+    pub const ONE_REQUEST: &str = "as.client.one-request-per-connection";
+    pub const COMPACT: &str = "as.client.compact-request";
+    pub const ENVELOPE: &str = "as.client.jsonrpc-envelope";
+    pub const EXECUTE_PARAMS: &str = "as.client.execute-params";
+    pub const READ_FILE_PARAMS: &str = "as.client.read-file-params";
+    pub const TOOLS_CALL_PARAMS: &str = "as.client.tools-call-params";
+    pub const CALLBACK_ID: &str = "as.client.callback-id";
+    pub const TOOL_NAME: &str = "as.client.tool-name";
+    pub const DEFAULT_NAMESPACE: &str = "as.client.default-namespace";
+    pub const NO_SANDBOX: &str = "as.client.no-sandbox";
+    pub const NO_TOOLS: &str = "as.client.no-tools";
+
+    /// Checked on every message of every case, whichever case cites them.
+    pub const EVERY_MESSAGE: &[&str] = &[INITIALIZE_FIRST, ONE_REQUEST, COMPACT, ENVELOPE];
+}
+
+/// One check of a client case: exactly one of `sends`, `neverSends`,
+/// `nothingAfter`, `exit`, `exitNot`, `givesUp`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientStep {
+    /// The client sent a request of this method...
+    #[serde(default)]
+    pub sends: Option<String>,
+    /// ...whose params contain this pattern (the matcher's subset rules)...
+    #[serde(default)]
+    pub params: Option<Value>,
+    /// ...after conform answered the first request of this method.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// The client sent no request of this method.
+    #[serde(default)]
+    pub never_sends: Option<String>,
+    /// Once conform answered the first request of this method, the client
+    /// opened no connection and sent nothing more.
+    #[serde(default)]
+    pub nothing_after: Option<String>,
+    /// The client's exit status.
+    #[serde(default)]
+    pub exit: Option<ExitWant>,
+    /// The client did not exit with this status.
+    #[serde(default)]
+    pub exit_not: Option<i32>,
+    /// The client closed every unanswered request of this method within
+    /// `within` seconds, plus its own param `plusParam` when named.
+    #[serde(default)]
+    pub gives_up: Option<String>,
+    #[serde(default)]
+    pub within: Option<f64>,
+    #[serde(default)]
+    pub plus_param: Option<String>,
+    /// A broken check is reported as information, never a failure.
+    #[serde(default)]
+    pub info: bool,
+}
+
+/// The exit status a step wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ExitWant {
+    Code(i32),
+    Named(ExitClass),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExitClass {
+    Zero,
+    Nonzero,
+}
+
+impl crate::case::CheckedStep for ClientStep {
+    fn check(&self) -> Result<(), String> {
+        let kinds = [
+            self.sends.is_some(),
+            self.never_sends.is_some(),
+            self.nothing_after.is_some(),
+            self.exit.is_some(),
+            self.exit_not.is_some(),
+            self.gives_up.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(
+                "a step is exactly one of sends, neverSends, nothingAfter, exit, exitNot, givesUp"
+                    .into(),
+            );
+        }
+        if (self.params.is_some() || self.after.is_some()) && self.sends.is_none() {
+            return Err("params and after go with sends".into());
+        }
+        if (self.within.is_some() || self.plus_param.is_some()) != self.gives_up.is_some()
+            || self.gives_up.is_some() && self.within.is_none()
+        {
+            return Err("givesUp takes within (and plusParam), and only it does".into());
+        }
+        if self.within.is_some_and(|w| !(0.0..=3600.0).contains(&w)) {
+            return Err("within is between 0 and 3600 seconds".into());
+        }
+        Ok(())
+    }
+}
+
+/// How conform answers one method. Exactly one of `result`, `patch`,
+/// `error`, `line`, `raw`, `silent`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// A result, in a JSON-RPC response to the request's id.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// A JSON merge patch (RFC 7386) on the default answer's result.
+    #[serde(default)]
+    pub patch: Option<Value>,
+    /// An error object, in a JSON-RPC response to the request's id.
+    #[serde(default)]
+    pub error: Option<Value>,
+    /// The whole message, written as one compact line (`${id}` is the request's id).
+    #[serde(default)]
+    pub line: Option<Value>,
+    /// These exact bytes (`${id}` replaced by the id's JSON).
+    #[serde(default)]
+    pub raw: Option<String>,
+    /// No answer at all: conform holds the connection open.
+    #[serde(default)]
+    pub silent: bool,
+    /// Close conform's side of the connection after answering.
+    #[serde(default)]
+    pub close: bool,
+}
+
+impl Rule {
+    fn check(&self) -> Result<(), String> {
+        let n = [
+            self.result.is_some(),
+            self.patch.is_some(),
+            self.error.is_some(),
+            self.line.is_some(),
+            self.raw.is_some(),
+            self.silent,
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err(
+                "an answer is exactly one of result, patch, error, line, raw, silent".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A client case's `config`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    #[serde(default)]
+    pub serve: BTreeMap<String, Rule>,
+    /// Seconds the client has for its whole workload before conform stops it.
+    #[serde(default)]
+    pub deadline: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ServeFile {
+    serve: BTreeMap<String, Rule>,
+}
+
+impl ClientConfig {
+    pub fn of(case: &Case<ClientStep>) -> Result<ClientConfig, String> {
+        let config: ClientConfig = if case.config.is_null() {
+            ClientConfig::default()
+        } else {
+            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
+        };
+        for (method, rule) in &config.serve {
+            rule.check().map_err(|e| format!("serve {method}: {e}"))?;
+        }
+        if config.deadline.is_some_and(|d| !(d > 0.0 && d <= 3600.0)) {
+            return Err("deadline is between 0 and 3600 seconds".into());
+        }
+        Ok(config)
+    }
+
+    pub fn deadline_seconds(&self) -> f64 {
+        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    }
+}
+
+/// The answers of one case: the defaults with the case's overrides.
+#[derive(Debug, Clone)]
+pub struct Script {
+    rules: BTreeMap<String, Rule>,
+    vars: Vars,
+}
+
+/// What conform writes for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The bytes, or None to stay silent.
+    pub bytes: Option<Vec<u8>>,
+    pub close: bool,
+}
+
+impl Script {
+    /// The script of a case whose workspace is `workspace` and python `python`.
+    pub fn new(config: &ClientConfig, workspace: &str, python: &str) -> Result<Script, String> {
+        let defaults: ServeFile = serde_json::from_str(
+            crate::corpus::file(SERVE_DEFAULTS).ok_or("the serve defaults are missing")?,
+        )
+        .map_err(|e| format!("{SERVE_DEFAULTS}: {e}"))?;
+        let mut rules = defaults.serve.clone();
+        for (method, rule) in &config.serve {
+            let rule = match &rule.patch {
+                Some(patch) => {
+                    let mut base = defaults
+                        .serve
+                        .get(method)
+                        .and_then(|r| r.result.clone())
+                        .ok_or_else(|| format!("serve {method}: no default result to patch"))?;
+                    merge_patch(&mut base, patch);
+                    Rule {
+                        result: Some(base),
+                        close: rule.close,
+                        ..Rule::default()
+                    }
+                }
+                None => rule.clone(),
+            };
+            rules.insert(method.clone(), rule);
+        }
+        let mut vars = Vars::default();
+        vars.set("workspace", Value::String(workspace.into()));
+        vars.set("python", Value::String(python.into()));
+        Ok(Script { rules, vars })
+    }
+
+    /// The answer to a request line; `None` id when it had none.
+    pub fn answer(&self, method: Option<&str>, id: &Value) -> Answer {
+        let Some(rule) = method.and_then(|m| self.rules.get(m)) else {
+            let line = json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "Method not found"}});
+            return Answer {
+                bytes: Some(encode(&line)),
+                close: false,
+            };
+        };
+        let mut vars = self.vars.clone();
+        vars.set("id", id.clone());
+        let expand = |v: &Value| matcher::expand(v, &vars).unwrap_or_else(|_| v.clone());
+        let bytes = if rule.silent {
+            None
+        } else if let Some(raw) = &rule.raw {
+            Some(raw.replace("${id}", &id.to_string()).into_bytes())
+        } else if let Some(line) = &rule.line {
+            Some(encode(&expand(line)))
+        } else if let Some(error) = &rule.error {
+            Some(encode(
+                &json!({"jsonrpc": "2.0", "id": id, "error": expand(error)}),
+            ))
+        } else {
+            let result = rule.result.as_ref().map(expand).unwrap_or(Value::Null);
+            Some(encode(
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            ))
+        };
+        Answer {
+            bytes,
+            close: rule.close,
+        }
+    }
+
+    /// What the handshake conform answers declares, read as Vibe reads it;
+    /// `None` when Vibe would refuse it.
+    pub fn declaration(&self) -> Option<Declaration> {
+        let reply = self.answer(Some("agent/initialize"), &json!(1)).bytes?;
+        let reply = jsonrpc::parse_json(reply.strip_suffix(b"\n")?).ok()?;
+        if reply.get("id") != Some(&json!(1)) {
+            return None;
+        }
+        let result = reply.get("result").filter(|r| r.is_object())?;
+        if !validate::shape_violations(result, table::INITIALIZE_RESULT, "result").is_empty()
+            || result.get("protocolVersion") != Some(&json!(table::PROTOCOL_VERSION))
+        {
+            return None;
+        }
+        let sandbox = match validate::declared_sandbox(result) {
+            DeclaredSandbox::None => false,
+            DeclaredSandbox::Pair { workspace, .. } if validate::is_absolute(&workspace) => true,
+            _ => return None,
+        };
+        let tools = validate::declared_tools(result);
+        if !validate::declaration_violations(&tools).is_empty() {
+            return None;
+        }
+        Some(Declaration {
+            sandbox,
+            tools: tools.iter().map(|t| t.full_name.clone()).collect(),
+            bare_defaults: tools
+                .iter()
+                .filter(|t| t.namespace == table::DEFAULT_NAMESPACE)
+                .map(|t| t.name.clone())
+                .collect(),
+        })
+    }
+}
+
+/// What a handshake Vibe accepts declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    pub sandbox: bool,
+    /// `namespace.name` of every tool.
+    pub tools: BTreeSet<String>,
+    /// Names of tools in the default namespace, as declared (without it).
+    pub bare_defaults: BTreeSet<String>,
+}
+
+/// One compact line.
+pub fn encode(v: &Value) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(v).expect("a Value serializes");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// RFC 7386 JSON merge patch: `null` removes a member.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let t = target.as_object_mut().expect("an object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// One connection the client opened, as conform saw it. Times are
+/// milliseconds since the client was started.
+#[derive(Debug, Clone, Default)]
+pub struct Exchange {
+    pub opened_ms: u64,
+    /// The order of events across the case's connections: when the
+    /// connection opened, its request arrived, and conform answered.
+    pub opened_seq: u64,
+    pub request_seq: u64,
+    pub reply_seq: Option<u64>,
+    /// The first line, with its `\n`, or what came before the client closed.
+    pub line: Vec<u8>,
+    /// When the line (or the close that ended it) arrived.
+    pub request_ms: Option<u64>,
+    /// The line outgrew [`REQUEST_LIMIT_BYTES`].
+    pub overlong: bool,
+    /// What conform answered, and when.
+    pub reply: Option<Vec<u8>>,
+    pub reply_ms: Option<u64>,
+    /// Bytes after the first line.
+    pub extra: Vec<u8>,
+    /// When the client closed the connection, if conform saw it.
+    pub closed_ms: Option<u64>,
+}
+
+impl Exchange {
+    /// The request, when the line is JSON.
+    pub fn request(&self) -> Option<Value> {
+        let body = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        jsonrpc::parse_json(body).ok()
+    }
+
+    pub fn method(&self) -> Option<String> {
+        self.request()?.get("method")?.as_str().map(str::to_owned)
+    }
+
+    fn label(&self) -> String {
+        self.method().unwrap_or_else(|| {
+            if self.line.is_empty() {
+                "(nothing)".into()
+            } else {
+                "(not a request)".into()
+            }
+        })
+    }
+}
+
+/// How the client ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientEnd {
+    /// It exited with `code`, or was ended by `signal`.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        ms: u64,
+    },
+    /// It was still running at the deadline and conform stopped it.
+    Stopped { ms: u64 },
+}
+
+/// Everything conform saw of one client run.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub exchanges: Vec<Exchange>,
+    pub end: ClientEnd,
+}
+
+/// A case's grade.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grade {
+    pub outcome: Outcome,
+    pub message: String,
+    /// Requirements broken that the case does not cite (the every-message rules).
+    pub also_broken: Vec<String>,
+    pub skip_kind: Option<SkipKind>,
+}
+
+/// Grades what the client did in `case`.
+pub fn grade(case: &Case<ClientStep>, script: &Script, obs: &Observation, strict: bool) -> Grade {
+    let mut broken: Vec<(String, String)> = every_message(script, obs);
+    let mut failures = Vec::new();
+    let mut notes = Vec::new();
+    let mut unseen = Vec::new();
+    for step in &case.steps {
+        match check_step(step, obs) {
+            Check::Holds => {}
+            Check::Unseen(why) => unseen.push(why),
+            Check::Broken(why) if step.info => notes.push(why),
+            Check::Broken(why) => failures.push(why),
+            Check::Note(why) => notes.push(why),
+        }
+    }
+    let summary = describe(obs);
+    let with = |lines: Vec<String>| -> String {
+        let mut text = lines.join("; ");
+        if !notes.is_empty() {
+            text.push_str(&format!(" (also: {})", notes.join("; ")));
+        }
+        format!("{text}. What the client did: {summary}")
+    };
+    if !broken.is_empty() {
+        broken.sort();
+        broken.dedup();
+        let also: Vec<String> = broken
+            .iter()
+            .map(|(r, _)| r.clone())
+            .filter(|r| !case.requirements.contains(r))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
+        lines.extend(failures);
+        return Grade {
+            outcome: Outcome::Fail,
+            message: with(lines),
+            also_broken: also,
+            skip_kind: None,
+        };
+    }
+    if !failures.is_empty() {
+        return Grade {
+            outcome: Outcome::grade(case.level, true, strict),
+            message: with(failures),
+            also_broken: vec![],
+            skip_kind: None,
+        };
+    }
+    if !unseen.is_empty() {
+        return Grade {
+            outcome: Outcome::Skip,
+            message: with(unseen),
+            also_broken: vec![],
+            skip_kind: Some(SkipKind::Outside),
+        };
+    }
+    let outcome = Outcome::grade(case.level, false, strict);
+    let message = if outcome == Outcome::Pass && notes.is_empty() {
+        String::new()
+    } else if notes.is_empty() {
+        format!("What the client did: {summary}")
+    } else {
+        format!("{}. What the client did: {summary}", notes.join("; "))
+    };
+    Grade {
+        outcome,
+        message,
+        also_broken: vec![],
+        skip_kind: None,
+    }
+}
+
+enum Check {
+    Holds,
+    Broken(String),
+    /// Seen and worth knowing, never a failure.
+    Note(String),
+    /// The client never did what the check is about (the workload contract).
+    Unseen(String),
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+fn check_step(step: &ClientStep, obs: &Observation) -> Check {
+    let by_method = |m: &str| -> Vec<&Exchange> {
+        obs.exchanges
+            .iter()
+            .filter(|e| e.method().as_deref() == Some(m))
+            .collect()
+    };
+    // When conform answered the first request of `m` (or, silent, got it).
+    let answered_at = |m: &str| {
+        by_method(m).first().map(|e| {
+            (
+                e.reply_seq.unwrap_or(e.request_seq),
+                e.reply_ms.or(e.request_ms).unwrap_or(e.opened_ms),
+            )
+        })
+    };
+    if let Some(m) = &step.sends {
+        let since = match &step.after {
+            Some(a) => match answered_at(a) {
+                Some(t) => Some(t),
+                None => return Check::Unseen(format!("the client never sent {a}")),
+            },
+            None => None,
+        };
+        let found = by_method(m).into_iter().any(|e| {
+            since.is_none_or(|(seq, _)| e.request_seq > seq)
+                && step.params.as_ref().is_none_or(|want| {
+                    let params = e.request().and_then(|r| r.get("params").cloned());
+                    let mut errors = Vec::new();
+                    matcher::match_value(
+                        want,
+                        params.as_ref(),
+                        "params",
+                        &mut Vars::default(),
+                        &mut errors,
+                    );
+                    errors.is_empty()
+                })
+        });
+        let what = match &step.params {
+            Some(p) => format!("{m} with params {}", matcher::brief(p)),
+            None => m.clone(),
+        };
+        return match (found, &step.after) {
+            (true, _) => Check::Holds,
+            (false, Some(a)) => Check::Broken(format!(
+                "the client sent no {what} after conform answered {a}: the run did not go on"
+            )),
+            (false, None) => Check::Broken(format!("the client never sent {what}")),
+        };
+    }
+    if let Some(m) = &step.never_sends {
+        let n = by_method(m).len();
+        return if n == 0 {
+            Check::Holds
+        } else {
+            let times = if n == 1 {
+                "once".into()
+            } else {
+                format!("{n} times")
+            };
+            Check::Broken(format!("the client sent {m} ({times})"))
+        };
+    }
+    if let Some(m) = &step.nothing_after {
+        let Some((seq, t)) = answered_at(m) else {
+            return Check::Unseen(format!("the client never sent {m}"));
+        };
+        let later: Vec<String> = obs
+            .exchanges
+            .iter()
+            .filter(|e| e.opened_seq > seq && !e.line.is_empty())
+            .map(|e| format!("{} at {}", e.label(), secs(e.opened_ms)))
+            .collect();
+        return if later.is_empty() {
+            Check::Holds
+        } else {
+            Check::Broken(format!(
+                "after conform answered {m} at {}, the client sent {}",
+                secs(t),
+                later.join(", ")
+            ))
+        };
+    }
+    if let Some(want) = step.exit {
+        let ClientEnd::Exited { code, .. } = obs.end else {
+            return Check::Broken(format!(
+                "the client did not exit (expected {})",
+                want_text(want)
+            ));
+        };
+        let holds = match (want, code) {
+            (ExitWant::Code(w), Some(c)) => w == c,
+            (ExitWant::Named(ExitClass::Zero), Some(c)) => c == 0,
+            (ExitWant::Named(ExitClass::Nonzero), Some(c)) => c != 0,
+            (ExitWant::Named(ExitClass::Nonzero), None) => true,
+            (_, None) => false,
+        };
+        return if holds {
+            Check::Holds
+        } else {
+            Check::Broken(format!(
+                "expected exit status {}, the client {}",
+                want_text(want),
+                end_text(obs.end)
+            ))
+        };
+    }
+    if let Some(not) = step.exit_not {
+        return match obs.end {
+            ClientEnd::Exited { code: Some(c), .. } if c == not => {
+                Check::Broken(format!("the client exited with status {c}"))
+            }
+            _ => Check::Holds,
+        };
+    }
+    if let Some(m) = &step.gives_up {
+        let within = step.within.unwrap_or(0.0);
+        let silent: Vec<&Exchange> = by_method(m)
+            .into_iter()
+            .filter(|e| e.reply.is_none())
+            .collect();
+        if silent.is_empty() {
+            return Check::Unseen(format!("the client never sent {m}"));
+        }
+        let mut broken = Vec::new();
+        let mut notes = Vec::new();
+        for e in silent {
+            let own = match &step.plus_param {
+                None => 0.0,
+                Some(p) => match e
+                    .request()
+                    .and_then(|r| r.get("params")?.get(p.as_str())?.as_f64())
+                {
+                    Some(x) => x,
+                    None => {
+                        return Check::Unseen(format!(
+                            "the client's {m} has no numeric {p}: without one there is no limit to check"
+                        ));
+                    }
+                },
+            };
+            let limit = own + within;
+            let sent = e.request_ms.unwrap_or(e.opened_ms);
+            match e.closed_ms {
+                Some(c) => {
+                    let waited = c.saturating_sub(sent) as f64 / 1000.0;
+                    if waited > limit + GIVE_UP_MARGIN_SECONDS {
+                        broken.push(format!(
+                            "the client waited {waited:.1} s for {m}, past its limit of {limit:.1} s (and conform's {GIVE_UP_MARGIN_SECONDS:.0} s margin)"
+                        ));
+                    } else if waited < own {
+                        notes.push(format!(
+                            "the client gave up on {m} after {waited:.1} s, before its own {own:.1} s"
+                        ));
+                    }
+                }
+                None => broken.push(format!(
+                    "the client was still waiting for {m} when conform stopped it, past its limit of {limit:.1} s"
+                )),
+            }
+        }
+        return if !broken.is_empty() {
+            Check::Broken(broken.join("; "))
+        } else if !notes.is_empty() {
+            Check::Note(notes.join("; "))
+        } else {
+            Check::Holds
+        };
+    }
+    Check::Holds
+}
+
+fn want_text(w: ExitWant) -> String {
+    match w {
+        ExitWant::Code(c) => c.to_string(),
+        ExitWant::Named(ExitClass::Zero) => "0".into(),
+        ExitWant::Named(ExitClass::Nonzero) => "non-zero".into(),
+    }
+}
+
+fn end_text(end: ClientEnd) -> String {
+    match end {
+        ClientEnd::Exited {
+            code: Some(c), ms, ..
+        } => format!("exited with status {c} after {}", secs(ms)),
+        ClientEnd::Exited {
+            signal: Some(s),
+            ms,
+            ..
+        } => format!("was ended by signal {s} after {}", secs(ms)),
+        ClientEnd::Exited { ms, .. } => format!("ended after {}", secs(ms)),
+        ClientEnd::Stopped { ms } => format!(
+            "was still running after {} and conform stopped it",
+            secs(ms)
+        ),
+    }
+}
+
+/// What the client did, in one line.
+pub fn describe(obs: &Observation) -> String {
+    let mut parts = Vec::new();
+    for e in &obs.exchanges {
+        let answer = match &e.reply {
+            None => match e.closed_ms {
+                Some(c) => format!(
+                    "no answer; it closed after {}",
+                    secs(c.saturating_sub(e.request_ms.unwrap_or(e.opened_ms)))
+                ),
+                None => "no answer".into(),
+            },
+            Some(r) => {
+                let text = String::from_utf8_lossy(r);
+                match jsonrpc::parse_json(text.trim_end().as_bytes()) {
+                    Ok(v) => match v.get("error").and_then(|e| e.get("code")) {
+                        Some(code) => format!("error {code}"),
+                        None => "result".into(),
+                    },
+                    Err(_) => "bytes that are not a JSON line".into(),
+                }
+            }
+        };
+        parts.push(format!("{} ({answer})", e.label()));
+    }
+    let sent = if parts.is_empty() {
+        "sent nothing".into()
+    } else {
+        format!("sent {}", parts.join(", "))
+    };
+    format!("it {sent}; it {}", end_text(obs.end))
+}
+
+/// The rules every request of every case is held to, as (requirement, why).
+fn every_message(script: &Script, obs: &Observation) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut push = |r: &str, why: String| out.push((r.to_owned(), why));
+    let mut ordered: Vec<&Exchange> = obs
+        .exchanges
+        .iter()
+        .filter(|e| !e.line.is_empty())
+        .collect();
+    ordered.sort_by_key(|e| e.request_ms.unwrap_or(e.opened_ms));
+    let declaration = script.declaration();
+    let mut initializes = 0;
+    let mut callback_ids = BTreeSet::new();
+    for (i, e) in ordered.iter().enumerate() {
+        let n = i + 1;
+        if e.overlong {
+            push(
+                rules::COMPACT,
+                format!("request {n} is a line longer than {REQUEST_LIMIT_BYTES} bytes"),
+            );
+            continue;
+        }
+        let Some(body) = e.line.strip_suffix(b"\n") else {
+            push(
+                rules::COMPACT,
+                format!("request {n} ended without its newline"),
+            );
+            continue;
+        };
+        if !e.extra.is_empty() {
+            push(
+                rules::ONE_REQUEST,
+                format!(
+                    "after request {n} the client sent more on the same connection: {}",
+                    matcher::truncate(&String::from_utf8_lossy(&e.extra), 120)
+                ),
+            );
+        }
+        if e.reply.is_some() && e.closed_ms.is_none() {
+            push(
+                rules::ONE_REQUEST,
+                format!(
+                    "the client kept the connection of request {n} open {CLOSE_WINDOW_SECONDS:.0} s past conform's reply"
+                ),
+            );
+        }
+        let Ok(request) = jsonrpc::parse_json(body) else {
+            push(rules::ENVELOPE, format!("request {n} is not JSON"));
+            continue;
+        };
+        if !jsonrpc::is_compact_json(body) || body.ends_with(b"\r") {
+            push(
+                rules::COMPACT,
+                format!("request {n} is not compact JSON followed by \\n"),
+            );
+        }
+        let method = request.get("method").and_then(Value::as_str);
+        let envelope_ok = request.get("jsonrpc") == Some(&json!("2.0"))
+            && request
+                .get("id")
+                .is_some_and(|id| id.is_string() || id.is_i64() || id.is_u64())
+            && method.is_some()
+            && request.get("params").is_some_and(Value::is_object);
+        if !envelope_ok {
+            push(
+                rules::ENVELOPE,
+                format!(
+                    "request {n} is not a JSON-RPC 2.0 request with jsonrpc \"2.0\", an id, a method and params: {}",
+                    matcher::truncate(&String::from_utf8_lossy(body), 160)
+                ),
+            );
+        }
+        let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let method = method.unwrap_or("");
+        if i == 0 && method != "agent/initialize" {
+            push(
+                rules::INITIALIZE_FIRST,
+                format!("the first request is {method:?}, not agent/initialize"),
+            );
+        }
+        let shape = |fields, path: &str| validate::shape_violations(&params, fields, path);
+        match method {
+            "agent/initialize" => {
+                initializes += 1;
+                if initializes == 2 {
+                    push(
+                        rules::INITIALIZE_FIRST,
+                        "the client sent agent/initialize more than once".into(),
+                    );
+                }
+                let mut v = shape(table::INITIALIZE_PARAMS, "params");
+                if params.get("protocolVersion").is_some_and(|p| p.is_i64())
+                    && params.get("protocolVersion") != Some(&json!(table::PROTOCOL_VERSION))
+                {
+                    v.push(format!(
+                        "params.protocolVersion is {}, not 2",
+                        params["protocolVersion"]
+                    ));
+                }
+                if !v.is_empty() {
+                    push(rules::INITIALIZE_FIRST, v.join("; "));
+                }
+            }
+            "sandbox/execute" | "sandbox/readFile" => {
+                let (rule, fields) = if method == "sandbox/execute" {
+                    (rules::EXECUTE_PARAMS, table::EXECUTE_PARAMS)
+                } else {
+                    (rules::READ_FILE_PARAMS, table::READ_FILE_PARAMS)
+                };
+                let v = shape(fields, "params");
+                if !v.is_empty() {
+                    push(rule, v.join("; "));
+                }
+                if declaration.as_ref().is_some_and(|d| !d.sandbox) {
+                    push(
+                        rules::NO_SANDBOX,
+                        format!("the server declared no sandbox, and the client sent {method}"),
+                    );
+                }
+            }
+            "tools/call" => {
+                let v = shape(table::TOOL_CALL_PARAMS, "params");
+                if !v.is_empty() {
+                    push(rules::TOOLS_CALL_PARAMS, v.join("; "));
+                }
+                if let Some(id) = params.get("callbackId").and_then(Value::as_str)
+                    && !callback_ids.insert(id.to_owned())
+                {
+                    push(
+                        rules::CALLBACK_ID,
+                        format!("callbackId {id:?} was sent for more than one call"),
+                    );
+                }
+                if let (Some(d), Some(name)) = (
+                    declaration.as_ref(),
+                    params.get("name").and_then(Value::as_str),
+                ) {
+                    if d.tools.is_empty() {
+                        push(
+                            rules::NO_TOOLS,
+                            format!("the server declared no tools, and the client called {name:?}"),
+                        );
+                    } else if d.bare_defaults.contains(name) {
+                        push(
+                            rules::DEFAULT_NAMESPACE,
+                            format!(
+                                "the client called {name:?}; a tool declared without a namespace is {}.{name}",
+                                table::DEFAULT_NAMESPACE
+                            ),
+                        );
+                    } else if !d.tools.contains(name) {
+                        push(
+                            rules::TOOL_NAME,
+                            format!(
+                                "the client called {name:?}; the server declared {}",
+                                d.tools.iter().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,408 @@
+//! `--role client`: conform serves a scripted agent socket in a fresh 0700
+//! directory, starts the client under test against it once per case, and
+//! records every connection for [`scripted::grade`]. The IO half; the
+//! answers and the grading are sans-IO in [`scripted`].
+
+use super::scripted::{self, ClientConfig, ClientEnd, ClientStep, Exchange, Observation, Script};
+use super::{reference, reference_client};
+use crate::case::Case;
+use crate::error::RunError;
+use crate::matcher::{shell_quote, truncate};
+use crate::outcome::{
+    CaseResult, Direction, Outcome, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT,
+    TranscriptEntry,
+};
+use crate::runner;
+use crate::target::Target;
+use crate::transport::process::{self, Stdio3};
+use crate::transport::unix::{self, ReadOutcome};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// The most connections one case accepts; a client opening more is cut off.
+const MAX_CONNECTIONS: usize = 256;
+/// How long conform lets connections settle after the client ended.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// How a client run is set up.
+pub struct ClientRunOptions {
+    pub target: Target,
+    pub jobs: usize,
+    pub strict: bool,
+}
+
+/// Runs the client `cases` and reports.
+pub async fn run(
+    options: &ClientRunOptions,
+    cases: Vec<Case<ClientStep>>,
+    progress: &mut dyn FnMut(&CaseResult, usize, usize),
+) -> Result<RunReport, RunError> {
+    if let Target::Unix(_) = options.target {
+        return Err(RunError::Usage(
+            "--role client tests a client conform starts: --target builtin or exec:<command line> with {socket}".into(),
+        ));
+    }
+    let python = Arc::new(reference::find_python());
+    let target = Arc::new(options.target.clone());
+    let strict = options.strict;
+    let cases = Arc::new(cases);
+    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
+        let cases = cases.clone();
+        Arc::new(move |i| {
+            let (cases, target, python) = (cases.clone(), target.clone(), python.clone());
+            Box::pin(async move { run_case(&cases[i], &target, &python, strict).await })
+        })
+    };
+    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    Ok(RunReport::new(
+        crate::protocols::Protocol::AgentSocket,
+        "client",
+        options.target.to_string(),
+        options.strict,
+        results,
+        vec![],
+    ))
+}
+
+/// The shared record of one case.
+#[derive(Clone)]
+struct Record {
+    started: Instant,
+    /// Orders the events of all connections (see [`Exchange::opened_seq`]).
+    events: Arc<std::sync::atomic::AtomicU64>,
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
+    transcript: Arc<Mutex<Vec<TranscriptEntry>>>,
+}
+
+impl Record {
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn seq(&self) -> u64 {
+        self.events
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1
+    }
+
+    fn log(&self, conn: usize, dir: Direction, bytes: &[u8]) {
+        self.log_as(format!("c{conn}"), dir, bytes);
+    }
+
+    /// What the client said of itself (its stderr, the reference's log).
+    fn log_client(&self, text: &str) {
+        self.log_as("client".into(), Direction::Event, text.as_bytes());
+    }
+
+    fn log_as(&self, conn: String, dir: Direction, bytes: &[u8]) {
+        let entry = TranscriptEntry {
+            t_ms: self.ms(),
+            conn,
+            dir,
+            data: truncate(&String::from_utf8_lossy(bytes), TRANSCRIPT_ENTRY_LIMIT),
+        };
+        if let Ok(mut t) = self.transcript.lock()
+            && t.len() < TRANSCRIPT_ENTRIES
+        {
+            t.push(entry);
+        }
+    }
+
+    fn update(&self, conn: usize, f: impl FnOnce(&mut Exchange)) {
+        if let Ok(mut all) = self.exchanges.lock()
+            && let Some(e) = all.get_mut(conn)
+        {
+            f(e);
+        }
+    }
+}
+
+async fn run_case(
+    case: &Case<ClientStep>,
+    target: &Target,
+    python: &str,
+    strict: bool,
+) -> CaseResult {
+    let started = Instant::now();
+    let mut result = CaseResult {
+        id: case.id.clone(),
+        title: case.title.clone(),
+        level: case.level,
+        requirements: case.requirements.clone(),
+        outcome: Outcome::Error,
+        message: String::new(),
+        duration_ms: 0,
+        skip_kind: None,
+        transcript: vec![],
+    };
+    let record = Record {
+        started,
+        events: Arc::default(),
+        exchanges: Arc::default(),
+        transcript: Arc::default(),
+    };
+    let observed = observe(case, target, python, &record).await;
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    result.transcript = record
+        .transcript
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_default();
+    match observed {
+        Err(why) => result.message = why,
+        Ok((script, obs)) => {
+            let grade = scripted::grade(case, &script, &obs, strict);
+            result.outcome = grade.outcome;
+            result.message = grade.message;
+            result.skip_kind = grade.skip_kind;
+            result.requirements.extend(grade.also_broken);
+        }
+    }
+    result
+}
+
+/// Serves the case's script, runs the client to its end or the case's
+/// deadline, and returns what conform saw; `Err` when conform itself could
+/// not run the case.
+async fn observe(
+    case: &Case<ClientStep>,
+    target: &Target,
+    python: &str,
+    record: &Record,
+) -> Result<(Script, Observation), String> {
+    let config = ClientConfig::of(case)?;
+    let dir = super::private_dir("conform-asc-").map_err(|e| e.to_string())?;
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).map_err(|e| format!("cannot create the workspace: {e}"))?;
+    let script = Arc::new(Script::new(
+        &config,
+        &workspace.display().to_string(),
+        python,
+    )?);
+    let socket = dir.path().join("agent.sock");
+    let listener =
+        super::bind_private(&socket).map_err(|e| format!("cannot listen on a socket: {e}"))?;
+    let deadline = record.started + Duration::from_secs_f64(config.deadline_seconds());
+    let server = tokio::spawn(serve(listener, script.clone(), record.clone(), deadline));
+    let end = run_client(target, &socket, &case.id, deadline, record).await?;
+    // Let the connections see the client's closes, then stop serving.
+    tokio::time::sleep(SETTLE).await;
+    server.abort();
+    let _ = server.await;
+    let mut exchanges = record
+        .exchanges
+        .lock()
+        .map(|e| e.clone())
+        .unwrap_or_default();
+    if let ClientEnd::Stopped { ms } = end {
+        // Closes that came of conform stopping the client are not the client's.
+        for e in &mut exchanges {
+            e.closed_ms = e.closed_ms.filter(|c| *c <= ms);
+        }
+    }
+    drop(dir);
+    let script = Arc::try_unwrap(script).unwrap_or_else(|s| (*s).clone());
+    Ok((script, Observation { exchanges, end }))
+}
+
+/// Starts the client and waits for its end, bounded by `deadline`.
+async fn run_client(
+    target: &Target,
+    socket: &Path,
+    scenario: &str,
+    deadline: Instant,
+    record: &Record,
+) -> Result<ClientEnd, String> {
+    match target {
+        Target::Builtin => {
+            let path = socket.to_path_buf();
+            let task = tokio::spawn(async move { reference_client::run(&path).await });
+            let abort = task.abort_handle();
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok((code, log))) => {
+                    record.log_client(&log.join("\n"));
+                    Ok(ClientEnd::Exited {
+                        code: Some(code),
+                        signal: None,
+                        ms: record.ms(),
+                    })
+                }
+                Ok(Err(e)) => Err(format!("conform's reference client failed: {e}")),
+                Err(_) => {
+                    abort.abort();
+                    Ok(ClientEnd::Stopped { ms: record.ms() })
+                }
+            }
+        }
+        Target::Exec(cmd) => {
+            let line = cmd.replace("{socket}", &shell_quote(&socket.display().to_string()));
+            let mut spawned = process::spawn(
+                &line,
+                &[
+                    ("CONFORM_SOCKET", socket.as_os_str()),
+                    ("CONFORM_SCENARIO", std::ffi::OsStr::new(scenario)),
+                ],
+                Stdio3::CaptureOutput,
+            )
+            .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
+            let within = deadline.saturating_duration_since(Instant::now());
+            let status = spawned.wait_for_exit(within).await;
+            let ms = record.ms();
+            let end = match status {
+                Some(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    ClientEnd::Exited {
+                        code: s.code(),
+                        signal: s.signal(),
+                        ms,
+                    }
+                }
+                None => ClientEnd::Stopped { ms },
+            };
+            // Ends the whole group either way: nothing of the client outlives its case.
+            let _ = spawned.shutdown(process::TERM_GRACE).await;
+            let stderr = spawned.stderr_tail();
+            if !stderr.trim().is_empty() {
+                record.log_client(&format!("stderr:\n{stderr}"));
+            }
+            Ok(end)
+        }
+        Target::Unix(_) => Err("--role client cannot test unix: targets".into()),
+    }
+}
+
+/// Accepts connections until aborted, each served by its own task.
+async fn serve(listener: UnixListener, script: Arc<Script>, record: Record, deadline: Instant) {
+    let mut conns = JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let index = {
+            let Ok(mut all) = record.exchanges.lock() else {
+                return;
+            };
+            if all.len() >= MAX_CONNECTIONS {
+                continue;
+            }
+            all.push(Exchange {
+                opened_ms: record.ms(),
+                opened_seq: record.seq(),
+                ..Exchange::default()
+            });
+            all.len() - 1
+        };
+        conns.spawn(answer(
+            stream,
+            index,
+            script.clone(),
+            record.clone(),
+            deadline,
+        ));
+    }
+}
+
+/// One connection: read the request line, answer it as scripted, then
+/// watch for anything more and for the client's close.
+async fn answer(
+    mut stream: UnixStream,
+    conn: usize,
+    script: Arc<Script>,
+    record: Record,
+    deadline: Instant,
+) {
+    let (line, after) =
+        match unix::read_line(&mut stream, scripted::REQUEST_LIMIT_BYTES, deadline).await {
+            ReadOutcome::Line { mut line, after } => {
+                line.push(b'\n');
+                (line, after)
+            }
+            ReadOutcome::TooLong { .. } => {
+                record.update(conn, |e| {
+                    e.overlong = true;
+                    e.request_ms = Some(record.ms());
+                });
+                return;
+            }
+            ReadOutcome::Closed { partial } | ReadOutcome::Failed { partial, .. } => {
+                record.log(conn, Direction::Received, &partial);
+                let ms = record.ms();
+                record.update(conn, |e| {
+                    e.line = partial;
+                    e.request_ms = Some(ms);
+                    e.closed_ms = Some(ms);
+                });
+                return;
+            }
+            ReadOutcome::TimedOut { partial } => {
+                record.log(conn, Direction::Received, &partial);
+                record.update(conn, |e| e.line = partial);
+                return;
+            }
+        };
+    record.log(conn, Direction::Received, &line);
+    let ms = record.ms();
+    let seq = record.seq();
+    let exchange = Exchange {
+        line: line.clone(),
+        ..Exchange::default()
+    };
+    let request = exchange.request();
+    let method = exchange.method();
+    let id = request
+        .as_ref()
+        .and_then(|r| r.get("id").cloned())
+        .unwrap_or(serde_json::Value::Null);
+    record.update(conn, |e| {
+        e.line = line;
+        e.request_ms = Some(ms);
+        e.request_seq = seq;
+        e.extra = after.clone();
+    });
+    let answer = script.answer(method.as_deref(), &id);
+    if let Some(bytes) = &answer.bytes {
+        // Ordered before the write: the client may act on the reply before
+        // this task runs again.
+        let ms = record.ms();
+        let seq = record.seq();
+        record.log(conn, Direction::Sent, bytes);
+        let _ = unix::write_all(&mut stream, bytes, deadline).await;
+        record.update(conn, |e| {
+            e.reply = Some(bytes.clone());
+            e.reply_ms = Some(ms);
+            e.reply_seq = Some(seq);
+        });
+        if answer.close {
+            let _ = stream.shutdown().await;
+        }
+    }
+    // After a reply the client has a window to close; a silent answer
+    // waits for the client to give up, until the case's deadline.
+    // (past the deadline: the client is stopped and this task aborted
+    // first, so a connection conform gave up on never frees the client).
+    let watch_until = if answer.bytes.is_some() {
+        Instant::now() + Duration::from_secs_f64(scripted::CLOSE_WINDOW_SECONDS)
+    } else {
+        deadline + Duration::from_secs(60)
+    };
+    let within = watch_until.saturating_duration_since(Instant::now());
+    let (rest, closed) = unix::read_until_close(&mut stream, within, 4096).await;
+    if !rest.is_empty() {
+        record.log(conn, Direction::Received, &rest);
+    }
+    let ms = record.ms();
+    record.update(conn, |e| {
+        e.extra.extend_from_slice(&rest);
+        if closed {
+            e.closed_ms = Some(ms);
+        }
+    });
+    if closed {
+        record.log(conn, Direction::Event, b"the client closed the connection");
+    }
+}
