@@ -120,6 +120,8 @@ fn junit_reports_validate_against_the_jenkins_junit_schema() {
         let target = targets.join(" ");
         let out = conform()
             .args(["run", "--protocol", protocol, "--format", "junit"])
+            // A loaded CI machine can take a while to start a Python target.
+            .args(["--startup-timeout", "60"])
             .args(targets.iter().flat_map(|t| ["--target", t.as_str()]))
             .arg("--output")
             .arg(&file)
