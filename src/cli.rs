@@ -36,6 +36,21 @@ pub enum Command {
     List(ListArgs),
     /// Serve conform's reference implementation of a role (the `builtin` target).
     Reference(ReferenceArgs),
+    /// The scripted peer a client under test starts through `{agent}` (internal).
+    #[command(hide = true)]
+    Peer(PeerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PeerArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    /// The script the peer plays (written by `conform run --role client`).
+    #[arg(long)]
+    pub script: PathBuf,
+    /// Where the peer records every line it exchanges.
+    #[arg(long)]
+    pub record: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -218,11 +233,11 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
     if !matches!(
         (protocol, role),
         (Protocol::AgentSocket, "server" | "client")
-            | (Protocol::Acp, "agent")
+            | (Protocol::Acp, "agent" | "client")
             | (Protocol::Cwx, "host")
     ) {
         return Err(RunError::Usage(format!(
-            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and client, acp agent and cwx host are",
+            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and client, acp agent and client, and cwx host are",
             protocol.id()
         )));
     }
@@ -235,6 +250,7 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
         Command::Fuzz(args) => fuzz(args).await,
         Command::List(args) => list(args),
         Command::Reference(args) => reference(args).await,
+        Command::Peer(args) => peer(args).await,
     }
 }
 
@@ -367,6 +383,23 @@ async fn run_target(
             progress.start(label, cases.len());
             let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
             (cwx::run(&options, cases, &mut on_case).await?, b)
+        }
+        Protocol::Acp if role == "client" => {
+            let Some((cases, b)) = prepare(acp::load_client_cases(extra)?, args, &target_name)?
+            else {
+                return Ok(None);
+            };
+            let options = acp::client_role::ClientRunOptions {
+                target,
+                jobs,
+                strict: args.strict,
+            };
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (
+                acp::client_role::run(&options, cases, &mut on_case).await?,
+                b,
+            )
         }
         Protocol::Acp => {
             let Some((cases, b)) = prepare(acp::load_cases(extra)?, args, &target_name)? else {
@@ -607,6 +640,15 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
             &cwx::catalogue(),
             args.json,
         ),
+        Protocol::Acp if role == "client" => print_cases(
+            &selected(
+                acp::load_client_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
+            &acp::catalogue(),
+            args.json,
+        ),
         Protocol::Acp => print_cases(
             &selected(
                 acp::load_cases(&[])?,
@@ -667,6 +709,19 @@ fn print_cases<S>(cases: &[Case<S>], catalogue: &Catalogue, json: bool) -> Resul
     }
     println!("\n{} cases", cases.len());
     Ok(0)
+}
+
+async fn peer(args: PeerArgs) -> Result<i32, RunError> {
+    match args.protocol {
+        Protocol::Acp => acp::client_role::serve_peer(&args.script, &args.record)
+            .await
+            .map(|()| 0)
+            .map_err(|e| RunError::Conform(format!("the scripted agent failed: {e}"))),
+        other => Err(RunError::Usage(format!(
+            "conform has no scripted peer for {}",
+            other.id()
+        ))),
+    }
 }
 
 async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {

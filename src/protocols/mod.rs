@@ -48,6 +48,7 @@ impl Protocol {
             }
             Protocol::AgentSocket => &[],
             Protocol::Cwx => cwx::driver::rules::EVERY_MESSAGE,
+            Protocol::Acp if role == "client" => acp::scripted::rules::EVERY_MESSAGE,
             Protocol::Acp => acp::monitor::rules::EVERY_MESSAGE,
         }
     }

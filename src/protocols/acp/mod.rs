@@ -1,12 +1,14 @@
 //! The Agent Client Protocol v1: conform plays the editor and tests an agent
 //! over its stdin and stdout.
 
+pub mod client_role;
 pub mod driver;
 pub mod editor;
 pub mod fuzz;
 pub mod monitor;
 pub mod reference;
 pub mod schema;
+pub mod scripted;
 pub mod steps;
 pub mod table;
 
@@ -39,6 +41,20 @@ pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFil
             return Err("acp cases take no for_each or finally".into());
         }
         Ok(())
+    })
+}
+
+/// The embedded client cases (`--role client`) plus `extra` files, checked.
+pub fn load_client_cases(
+    extra: &[(String, String)],
+) -> Result<Vec<Case<scripted::ClientStep>>, CaseFileError> {
+    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
+        scripted::ClientStep,
+    >| {
+        if c.for_each.is_some() || !c.finally.is_empty() || !c.needs.is_empty() {
+            return Err("client cases take no for_each, needs or finally".into());
+        }
+        scripted::Script::of(c).map(|_| ())
     })
 }
 

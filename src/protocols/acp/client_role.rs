@@ -1,0 +1,474 @@
+//! `--role client` for ACP, the IO half: the scripted agent process the
+//! client spawns (`conform peer --protocol acp`, serving [`ScriptedAgent`]
+//! on stdio and recording every line), the per-case run that starts the
+//! client with `{agent}` replaced by that command, and conform's reference
+//! client (the `builtin` target). Grading is sans-IO in [`scripted`].
+
+use super::editor::{Answer, Editor};
+use super::scripted::{self, ClientEnd, ClientStep, Event, Script, ScriptedAgent};
+use super::steps::Permission;
+use crate::case::Case;
+use crate::error::RunError;
+use crate::matcher::{shell_quote, truncate};
+use crate::outcome::{
+    CaseResult, Direction, Outcome, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT,
+    TranscriptEntry,
+};
+use crate::runner;
+use crate::target::Target;
+use crate::transport::process::{self, Stdio3};
+use crate::transport::stdio::{LineStream, StreamEvent};
+use crate::wire::line::LineDecoder;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// The longest line either side reads.
+const LINE_LIMIT: usize = 16 * 1024 * 1024;
+/// The most of the record conform reads back.
+const RECORD_LIMIT: u64 = 32 * 1024 * 1024;
+
+/// Serves the scripted agent of `script` on stdio, appending every event to
+/// `record` (JSON lines), until stdin closes.
+pub async fn serve_peer(script: &Path, record: &Path) -> std::io::Result<()> {
+    let script: Script = serde_json::from_slice(&std::fs::read(script)?)
+        .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
+    let mut agent = ScriptedAgent::new(script);
+    let mut rec = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(record)?;
+    let started = Instant::now();
+    let ms = || started.elapsed().as_millis() as u64;
+    let mut log = |e: &Event| -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        rec.write_all(&line)
+    };
+    let mut stdin = tokio::io::stdin();
+    let mut stdout = tokio::io::stdout();
+    let mut decoder = LineDecoder::new(LINE_LIMIT);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stdin.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut input = &buf[..n];
+        while !input.is_empty() {
+            let (used, item) = decoder.feed(input);
+            input = &input[used..];
+            let Some(Ok(line)) = item else { continue };
+            log(&Event::In {
+                t_ms: ms(),
+                line: String::from_utf8_lossy(&line).into_owned(),
+                utf8: std::str::from_utf8(&line).is_ok(),
+            })?;
+            let (out, files) = agent.handle(&line);
+            for (name, ok, detail) in files {
+                log(&Event::File {
+                    t_ms: ms(),
+                    name,
+                    ok,
+                    detail,
+                })?;
+            }
+            for msg in out {
+                let mut bytes = serde_json::to_vec(&msg).map_err(std::io::Error::other)?;
+                log(&Event::Out {
+                    t_ms: ms(),
+                    line: String::from_utf8_lossy(&bytes).into_owned(),
+                })?;
+                bytes.push(b'\n');
+                stdout.write_all(&bytes).await?;
+                stdout.flush().await?;
+            }
+        }
+    }
+}
+
+/// How a client run is set up.
+pub struct ClientRunOptions {
+    pub target: Target,
+    pub jobs: usize,
+    pub strict: bool,
+}
+
+/// Runs the client `cases` and reports.
+pub async fn run(
+    options: &ClientRunOptions,
+    cases: Vec<Case<ClientStep>>,
+    progress: &mut dyn FnMut(&CaseResult, usize, usize),
+) -> Result<RunReport, RunError> {
+    if let Target::Unix(_) = options.target {
+        return Err(RunError::Usage(
+            "--role client tests a client conform starts: --target builtin or exec:<command line> with {agent}".into(),
+        ));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
+    let exe = Arc::new(exe);
+    let target = Arc::new(options.target.clone());
+    let strict = options.strict;
+    let cases = Arc::new(cases);
+    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
+        let cases = cases.clone();
+        Arc::new(move |i| {
+            let (cases, target, exe) = (cases.clone(), target.clone(), exe.clone());
+            Box::pin(async move { run_case(&cases[i], &target, &exe, strict).await })
+        })
+    };
+    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    Ok(RunReport::new(
+        crate::protocols::Protocol::Acp,
+        "client",
+        options.target.to_string(),
+        options.strict,
+        results,
+        vec![],
+    ))
+}
+
+async fn run_case(
+    case: &Case<ClientStep>,
+    target: &Target,
+    exe: &Path,
+    strict: bool,
+) -> CaseResult {
+    let started = Instant::now();
+    let mut result = CaseResult {
+        id: case.id.clone(),
+        title: case.title.clone(),
+        level: case.level,
+        requirements: case.requirements.clone(),
+        outcome: Outcome::Error,
+        message: String::new(),
+        duration_ms: 0,
+        skip_kind: None,
+        transcript: vec![],
+    };
+    match observe(case, target, exe, started).await {
+        Err(why) => result.message = why,
+        Ok((events, end, log)) => {
+            let grade = scripted::grade(case, &events, end, strict);
+            result.outcome = grade.outcome;
+            result.message = grade.message;
+            result.skip_kind = grade.skip_kind;
+            result.requirements.extend(grade.also_broken);
+            result.transcript = transcript(&events, &log);
+        }
+    }
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    result
+}
+
+fn transcript(events: &[Event], client_log: &str) -> Vec<TranscriptEntry> {
+    let entry = |t_ms: u64, dir: Direction, data: &str| TranscriptEntry {
+        t_ms,
+        conn: "agent".into(),
+        dir,
+        data: truncate(data, TRANSCRIPT_ENTRY_LIMIT),
+    };
+    let mut out: Vec<TranscriptEntry> = events
+        .iter()
+        .take(TRANSCRIPT_ENTRIES)
+        .map(|e| match e {
+            // From the agent's side: what the client sent is received.
+            Event::In { t_ms, line, .. } => entry(*t_ms, Direction::Received, line),
+            Event::Out { t_ms, line } => entry(*t_ms, Direction::Sent, line),
+            Event::File {
+                t_ms, name, detail, ..
+            } => entry(
+                *t_ms,
+                Direction::Event,
+                &format!("checkFile {name}: {detail}"),
+            ),
+        })
+        .collect();
+    if !client_log.trim().is_empty() && out.len() < TRANSCRIPT_ENTRIES {
+        out.push(TranscriptEntry {
+            t_ms: out.last().map_or(0, |e| e.t_ms),
+            conn: "client".into(),
+            dir: Direction::Event,
+            data: truncate(client_log, TRANSCRIPT_ENTRY_LIMIT),
+        });
+    }
+    out
+}
+
+/// Runs the client against the case's scripted agent; returns the agent's
+/// record, how the client ended, and what it logged.
+async fn observe(
+    case: &Case<ClientStep>,
+    target: &Target,
+    exe: &Path,
+    started: Instant,
+) -> Result<(Vec<Event>, ClientEnd, String), String> {
+    let script = Script::of(case)?;
+    let dir = tempfile::Builder::new()
+        .prefix("conform-acpc-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).map_err(|e| format!("cannot create the client's cwd: {e}"))?;
+    let script_path = dir.path().join("script.json");
+    let record = dir.path().join("record.jsonl");
+    std::fs::write(
+        &script_path,
+        serde_json::to_vec(&script).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write the script: {e}"))?;
+    let agent = [
+        exe.display().to_string(),
+        "peer".into(),
+        "--protocol".into(),
+        "acp".into(),
+        "--script".into(),
+        script_path.display().to_string(),
+        "--record".into(),
+        record.display().to_string(),
+    ]
+    .iter()
+    .map(|w| shell_quote(w))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
+    let (end, log) = match target {
+        Target::Builtin => {
+            let (agent, work, id) = (agent.clone(), work.clone(), case.id.clone());
+            let task = tokio::spawn(async move { reference_client(&agent, &work, &id).await });
+            let abort = task.abort_handle();
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok((code, log))) => (
+                    ClientEnd::Exited {
+                        code: Some(code),
+                        ms: started.elapsed().as_millis() as u64,
+                    },
+                    log.join("\n"),
+                ),
+                Ok(Err(e)) => return Err(format!("conform's reference client failed: {e}")),
+                Err(_) => {
+                    abort.abort();
+                    (
+                        ClientEnd::Stopped {
+                            ms: started.elapsed().as_millis() as u64,
+                        },
+                        String::new(),
+                    )
+                }
+            }
+        }
+        Target::Exec(cmd) => {
+            let line = format!(
+                "cd {} && {}",
+                shell_quote(&work.display().to_string()),
+                cmd.replace("{agent}", &agent)
+            );
+            let mut spawned = process::spawn(
+                &line,
+                &[
+                    ("CONFORM_AGENT", std::ffi::OsStr::new(&agent)),
+                    ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
+                ],
+                Stdio3::CaptureOutput,
+            )
+            .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
+            let status = spawned
+                .wait_for_exit(deadline.saturating_duration_since(Instant::now()))
+                .await;
+            let ms = started.elapsed().as_millis() as u64;
+            let end = match status {
+                Some(s) => ClientEnd::Exited { code: s.code(), ms },
+                None => ClientEnd::Stopped { ms },
+            };
+            // The whole group, the scripted agent the client spawned included.
+            let _ = spawned.shutdown(process::TERM_GRACE).await;
+            (end, spawned.stderr_tail())
+        }
+        Target::Unix(_) => return Err("--role client cannot test unix: targets".into()),
+    };
+    let events = read_record(&record)?;
+    Ok((events, end, log))
+}
+
+fn read_record(path: &Path) -> Result<Vec<Event>, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            f.take(RECORD_LIMIT)
+                .read_to_string(&mut text)
+                .map_err(|e| format!("cannot read the scripted agent's record: {e}"))?;
+        }
+        // The client never started the agent: an empty record.
+        Err(_) => return Ok(vec![]),
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// conform's reference client: the workload of the README ("Testing an ACP
+/// client") against the agent `agent_cmd`, in `cwd`. Returns the exit
+/// status and a log.
+pub async fn reference_client(agent_cmd: &str, cwd: &Path, scenario: &str) -> (i32, Vec<String>) {
+    let mut log = Vec::new();
+    let line = format!(
+        "cd {} && exec {agent_cmd}",
+        shell_quote(&cwd.display().to_string())
+    );
+    let mut stream = match LineStream::spawn(&line, &[], LINE_LIMIT) {
+        Ok(s) => s,
+        Err(e) => {
+            log.push(format!("cannot start the agent: {e}"));
+            return (1, log);
+        }
+    };
+    let cancel = scenario.contains("/cancel/");
+    let mut editor = Editor::new(PathBuf::from(cwd), Permission::Allow);
+    let code = match workload(&mut stream, &mut editor, cwd, cancel, &mut log).await {
+        Ok(()) => 0,
+        Err(why) => {
+            log.push(why);
+            1
+        }
+    };
+    stream.close_stdin();
+    let _ = stream.process.wait_for_exit(Duration::from_secs(2)).await;
+    let _ = stream.process.shutdown(process::TERM_GRACE).await;
+    (code, log)
+}
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn send(stream: &mut LineStream, msg: &Value) -> Result<(), String> {
+    let mut bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+    bytes.push(b'\n');
+    stream.send(&bytes, WAIT).await
+}
+
+/// Sends request `id` and answers the agent until its response comes.
+async fn call(
+    stream: &mut LineStream,
+    editor: &mut Editor,
+    id: i64,
+    method: &str,
+    params: Value,
+    cancel: bool,
+    log: &mut Vec<String>,
+) -> Result<Value, String> {
+    send(
+        stream,
+        &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await?;
+    let until = Instant::now() + WAIT;
+    let mut pending_permissions: Vec<Value> = Vec::new();
+    loop {
+        let Some((_, event)) = stream.next(until).await else {
+            return Err(format!(
+                "no response to {method} within {}s",
+                WAIT.as_secs()
+            ));
+        };
+        let line = match event {
+            StreamEvent::Line(l) => l,
+            StreamEvent::Closed { .. } => return Err(format!("the agent closed during {method}")),
+            other => return Err(format!("the agent's output broke: {other:?}")),
+        };
+        let Ok(msg) = crate::jsonrpc::parse_json(&line) else {
+            log.push("the agent wrote a line that is not JSON".into());
+            continue;
+        };
+        match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+            (Some(m), Some(req_id)) => {
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                if m == "session/request_permission" && cancel {
+                    // The cancel scenario: cancel the turn while the
+                    // permission is pending, then answer it as cancelled.
+                    pending_permissions.push(req_id.clone());
+                    send(
+                        stream,
+                        &json!({"jsonrpc": "2.0", "method": "session/cancel",
+                            "params": {"sessionId": scripted::SESSION_ID}}),
+                    )
+                    .await?;
+                    for p in pending_permissions.drain(..) {
+                        send(
+                            stream,
+                            &Answer::Result(json!({"outcome": {"outcome": "cancelled"}}))
+                                .to_message(&p),
+                        )
+                        .await?;
+                    }
+                    continue;
+                }
+                let answer = editor.answer(m, &params, WAIT).await;
+                send(stream, &answer.to_message(req_id)).await?;
+            }
+            (Some(_), None) => {} // a notification: session/update
+            (None, Some(got)) if *got == json!(id) => {
+                return match msg.get("result") {
+                    Some(r) => Ok(r.clone()),
+                    None => Err(format!("{method} failed: {}", msg["error"])),
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn workload(
+    stream: &mut LineStream,
+    editor: &mut Editor,
+    cwd: &Path,
+    cancel: bool,
+    log: &mut Vec<String>,
+) -> Result<(), String> {
+    let init = call(
+        stream,
+        editor,
+        0,
+        "initialize",
+        json!({"protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
+            "clientInfo": {"name": "conform-reference-client", "version": env!("CARGO_PKG_VERSION")}}),
+        cancel,
+        log,
+    )
+    .await?;
+    if init.get("protocolVersion") != Some(&json!(1)) {
+        return Err(format!(
+            "the agent speaks protocol version {}",
+            init["protocolVersion"]
+        ));
+    }
+    let session = call(
+        stream,
+        editor,
+        1,
+        "session/new",
+        json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
+        cancel,
+        log,
+    )
+    .await?;
+    let id = session["sessionId"].clone();
+    let done = call(
+        stream,
+        editor,
+        2,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "conform"}]}),
+        cancel,
+        log,
+    )
+    .await?;
+    log.push(format!("the turn ended: {}", done["stopReason"]));
+    Ok(())
+}

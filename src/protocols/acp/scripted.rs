@@ -1,0 +1,951 @@
+//! conform as an ACP agent (`--role client`), sans-IO: the scripted agent
+//! the client under test spawns (through `{agent}`), the record of every
+//! line it exchanged, and the grading of the client from that record.
+//!
+//! A client case is data in `corpus/acp/client/cases/`: `config.turn` is
+//! what the agent does during the prompt turn (requests to the client,
+//! notifications, files it prepares or checks), and the steps are checks on
+//! the client's answers. Every line of every case is also held to
+//! [`rules::EVERY_MESSAGE`] and the capability rules.
+
+use super::schema::{self, Side};
+use crate::case::Case;
+use crate::matcher::{self, Vars};
+use crate::outcome::{Outcome, SkipKind};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+pub const CASES_DIR: &str = "acp/client/cases";
+/// How long a client may take over its workload when a case says nothing.
+pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
+/// The session id the scripted agent gives.
+pub const SESSION_ID: &str = "conform-session-1";
+/// The scripted agent's protocol version.
+pub const PROTOCOL_VERSION: i64 = 1;
+
+/// The requirements every case checks on every line.
+pub mod rules {
+    pub const STDIN_ONLY: &str = "acp.transport.stdin-only-messages";
+    pub const UTF8: &str = "acp.transport.utf8-client";
+    pub const INITIALIZE_FIRST: &str = "acp.init.client-initializes-first";
+    pub const SCHEMA: &str = "acp.schema.client-messages";
+    pub const CWD_ABSOLUTE: &str = "acp.session.cwd-absolute";
+    pub const SETUP_FIRST: &str = "acp.prompt.client-setup-first";
+    pub const PROMPT_CAPABILITIES: &str = "acp.prompt.client-respect-prompt-capabilities";
+    pub const NO_LOAD: &str = "acp.load.client-no-load-without-capability";
+    pub const NO_RESUME: &str = "acp.session.resume-client-no-call-without-capability";
+    pub const NO_CLOSE: &str = "acp.session.close-client-no-call-without-capability";
+    pub const NO_LIST: &str = "acp.session.list-client-no-call-without-capability";
+    pub const NO_DELETE: &str = "acp.session.delete-client-no-call-without-capability";
+    pub const NO_LOGOUT: &str = "acp.auth.no-logout-without-capability";
+    pub const OFFERED_OPTION: &str = "acp.tool.client-offered-option";
+
+    /// Checked on every line of every case, whichever case cites them.
+    pub const EVERY_MESSAGE: &[&str] = &[STDIN_ONLY, UTF8, INITIALIZE_FIRST, SCHEMA, SETUP_FIRST];
+}
+
+/// Methods the scripted agent never advertises, and the rule a client breaks
+/// by calling one.
+const UNADVERTISED: &[(&str, &str)] = &[
+    ("session/load", rules::NO_LOAD),
+    ("session/resume", rules::NO_RESUME),
+    ("session/close", rules::NO_CLOSE),
+    ("session/list", rules::NO_LIST),
+    ("session/delete", rules::NO_DELETE),
+    ("logout", rules::NO_LOGOUT),
+];
+
+/// What the agent does during the turn, in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Action {
+    /// Send this request to the client and wait for its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Send this notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<String>,
+    /// The params, a template: `${session}`, `${cwd}`, `${terminal}` (the last
+    /// terminal the client created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Value>,
+    /// Write a file under the session's cwd before going on (the agent's own setup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_file: Option<String>,
+    /// Check that a file under the session's cwd holds `content`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+impl Action {
+    fn check(&self) -> Result<(), String> {
+        let n = [
+            self.request.is_some(),
+            self.notify.is_some(),
+            self.write_file.is_some(),
+            self.check_file.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err("a turn action is one of request, notify, writeFile, checkFile".into());
+        }
+        if (self.write_file.is_some() || self.check_file.is_some()) != self.content.is_some() {
+            return Err("writeFile and checkFile take content, and only they do".into());
+        }
+        for name in self.write_file.iter().chain(&self.check_file) {
+            if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                return Err(format!("{name:?}: a file name in the session's cwd"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A client case's `config`: the scripted agent's script.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    #[serde(default)]
+    pub turn: Vec<Action>,
+    /// Seconds the client has for its whole workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<f64>,
+}
+
+impl Script {
+    pub fn of(case: &Case<ClientStep>) -> Result<Script, String> {
+        let script: Script = if case.config.is_null() {
+            Script::default()
+        } else {
+            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
+        };
+        for (i, a) in script.turn.iter().enumerate() {
+            a.check().map_err(|e| format!("turn action {i}: {e}"))?;
+        }
+        if script.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
+            return Err("deadline is between 0 and 600 seconds".into());
+        }
+        Ok(script)
+    }
+
+    pub fn deadline_seconds(&self) -> f64 {
+        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    }
+}
+
+/// One check of a client case: exactly one of `answered`, `sends`, `file`, `exit`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientStep {
+    /// The client answered the agent's `nth` request of this method...
+    #[serde(default)]
+    pub answered: Option<String>,
+    #[serde(default = "one")]
+    pub nth: usize,
+    /// ...with a result matching this pattern...
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// ...or with an error (any error when `true`)...
+    #[serde(default)]
+    pub error: bool,
+    /// ...or with anything: a result or an error, with the request's id.
+    #[serde(default)]
+    pub any_answer: bool,
+    /// ...whose `output` is the last bytes of `full` that fit in `limit`,
+    /// cut at a character boundary, with `truncated` true.
+    #[serde(default)]
+    pub truncation_of: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// ...within this many milliseconds of the request.
+    #[serde(default)]
+    pub within_ms: Option<u64>,
+    /// The client sent this method (a precondition of the scenario).
+    #[serde(default)]
+    pub sends: Option<String>,
+    /// The agent's `checkFile` of this name held.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// The client's exit status class: `zero`.
+    #[serde(default)]
+    pub exit_zero: bool,
+    /// A broken check is information, never a failure.
+    #[serde(default)]
+    pub info: bool,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl crate::case::CheckedStep for ClientStep {
+    fn check(&self) -> Result<(), String> {
+        let kinds = [
+            self.answered.is_some(),
+            self.sends.is_some(),
+            self.file.is_some(),
+            self.exit_zero,
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err("a step is one of answered, sends, file, exitZero".into());
+        }
+        let answer_parts = self.result.is_some()
+            || self.error
+            || self.any_answer
+            || self.truncation_of.is_some()
+            || self.within_ms.is_some();
+        if answer_parts && self.answered.is_none() {
+            return Err("result, error and truncationOf go with answered".into());
+        }
+        if self.truncation_of.is_some() != self.limit.is_some() {
+            return Err("truncationOf takes limit".into());
+        }
+        if self.nth == 0 {
+            return Err("nth counts from 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// One event of the scripted agent's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Event {
+    /// A line from the client (lossy text, and whether it was UTF-8).
+    In { t_ms: u64, line: String, utf8: bool },
+    /// A message the agent wrote.
+    Out { t_ms: u64, line: String },
+    /// A `checkFile` and how it went.
+    File {
+        t_ms: u64,
+        name: String,
+        ok: bool,
+        detail: String,
+    },
+}
+
+/// The scripted agent: answers the client's requests, runs the turn.
+pub struct ScriptedAgent {
+    script: Script,
+    next_id: i64,
+    cwd: Option<String>,
+    /// The prompt request being served, and the next turn action.
+    prompt: Option<Value>,
+    next_action: usize,
+    /// The agent's request awaiting the client's answer, by id.
+    waiting: Option<(i64, String)>,
+    cancelled: bool,
+    terminal: Option<String>,
+}
+
+impl ScriptedAgent {
+    pub fn new(script: Script) -> ScriptedAgent {
+        ScriptedAgent {
+            script,
+            next_id: 0,
+            cwd: None,
+            prompt: None,
+            next_action: 0,
+            waiting: None,
+            cancelled: false,
+            terminal: None,
+        }
+    }
+
+    /// Handles one line from the client; returns the messages to write and
+    /// any file checks made.
+    pub fn handle(&mut self, line: &[u8]) -> (Vec<Value>, Vec<(String, bool, String)>) {
+        let mut out = Vec::new();
+        let mut files = Vec::new();
+        let Ok(msg) = crate::jsonrpc::parse_json(line) else {
+            return (out, files);
+        };
+        let method = msg.get("method").and_then(Value::as_str);
+        let id = msg.get("id").cloned();
+        match (method, id) {
+            (Some(m), Some(id)) => match m {
+                "initialize" => out.push(respond(
+                    &id,
+                    json!({
+                        "protocolVersion": PROTOCOL_VERSION,
+                        "agentCapabilities": {"loadSession": false, "promptCapabilities": {}},
+                        "authMethods": [],
+                        "agentInfo": {"name": "conform-scripted-agent", "version": env!("CARGO_PKG_VERSION")}
+                    }),
+                )),
+                "session/new" => {
+                    self.cwd = msg
+                        .pointer("/params/cwd")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    out.push(respond(&id, json!({"sessionId": SESSION_ID})));
+                }
+                "session/prompt" if self.prompt.is_none() => {
+                    self.prompt = Some(id);
+                    self.next_action = 0;
+                    self.cancelled = false;
+                    self.advance(&mut out, &mut files);
+                }
+                _ => out.push(json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32601, "message": format!("Method not found: {m}")}})),
+            },
+            (Some("session/cancel"), None) => {
+                self.cancelled = true;
+                if self.waiting.is_none() {
+                    self.finish(&mut out);
+                }
+            }
+            (None, Some(id)) => {
+                if let Some((want, _)) = &self.waiting
+                    && id == json!(want)
+                {
+                    let method = self.waiting.take().map(|w| w.1).unwrap_or_default();
+                    if method == "terminal/create"
+                        && let Some(t) = msg.pointer("/result/terminalId").and_then(Value::as_str)
+                    {
+                        self.terminal = Some(t.to_owned());
+                    }
+                    if self.cancelled {
+                        self.finish(&mut out);
+                    } else {
+                        self.advance(&mut out, &mut files);
+                    }
+                }
+            }
+            _ => {}
+        }
+        (out, files)
+    }
+
+    fn vars(&self) -> Vars {
+        let mut v = Vars::default();
+        v.set("session", json!(SESSION_ID));
+        v.set("cwd", json!(self.cwd.clone().unwrap_or_default()));
+        v.set("terminal", json!(self.terminal.clone().unwrap_or_default()));
+        v
+    }
+
+    /// Runs turn actions until one waits for the client, or the turn ends.
+    fn advance(&mut self, out: &mut Vec<Value>, files: &mut Vec<(String, bool, String)>) {
+        while let Some(action) = self.script.turn.get(self.next_action).cloned() {
+            self.next_action += 1;
+            let params = action
+                .params
+                .as_ref()
+                .map(|p| matcher::expand(p, &self.vars()).unwrap_or_else(|_| p.clone()))
+                .unwrap_or_else(|| json!({}));
+            if let Some(method) = &action.request {
+                self.next_id += 1;
+                out.push(json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}));
+                self.waiting = Some((self.next_id, method.clone()));
+                return;
+            }
+            if let Some(method) = &action.notify {
+                out.push(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+            }
+            let cwd = self.cwd.clone().unwrap_or_default();
+            if let (Some(name), Some(content)) = (&action.write_file, &action.content) {
+                let _ = std::fs::write(Path::new(&cwd).join(name), content);
+            }
+            if let (Some(name), Some(content)) = (&action.check_file, &action.content) {
+                let (ok, detail) = match std::fs::read(Path::new(&cwd).join(name)) {
+                    Ok(b) if b == content.as_bytes() => (true, "holds what was written".into()),
+                    Ok(b) => (
+                        false,
+                        format!(
+                            "holds {:?}, not {content:?}",
+                            matcher::truncate(&String::from_utf8_lossy(&b), 200)
+                        ),
+                    ),
+                    Err(e) => (false, format!("cannot be read: {e}")),
+                };
+                files.push((name.clone(), ok, detail));
+            }
+        }
+        self.finish(out);
+    }
+
+    /// Ends the turn: the prompt's response.
+    fn finish(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.prompt.take() {
+            let reason = if self.cancelled {
+                "cancelled"
+            } else {
+                "end_turn"
+            };
+            out.push(respond(&id, json!({"stopReason": reason})));
+        }
+    }
+}
+
+fn respond(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// How the client ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientEnd {
+    Exited { code: Option<i32>, ms: u64 },
+    Stopped { ms: u64 },
+}
+
+/// A case's grade.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grade {
+    pub outcome: Outcome,
+    pub message: String,
+    pub also_broken: Vec<String>,
+    pub skip_kind: Option<SkipKind>,
+}
+
+/// What the record says, read once.
+struct Read {
+    /// Client messages in order (None for a line that is not JSON).
+    from_client: Vec<Option<Value>>,
+    /// The agent's requests: (id, method, params).
+    agent_requests: Vec<(Value, String, Value)>,
+    /// The client's answers by the agent's request id key.
+    answers: BTreeMap<String, Value>,
+    /// When the agent asked (by id key) and the client answered.
+    asked_at: BTreeMap<String, u64>,
+    answered_at: BTreeMap<String, u64>,
+    capabilities: Value,
+}
+
+fn read(events: &[Event]) -> Read {
+    let mut r = Read {
+        from_client: vec![],
+        agent_requests: vec![],
+        answers: BTreeMap::new(),
+        asked_at: BTreeMap::new(),
+        answered_at: BTreeMap::new(),
+        capabilities: Value::Null,
+    };
+    for e in events {
+        match e {
+            Event::In { line, t_ms, .. } => {
+                let v = crate::jsonrpc::parse_json(line.as_bytes()).ok();
+                if let Some(v) = &v {
+                    if v.get("method") == Some(&json!("initialize")) && r.capabilities.is_null() {
+                        r.capabilities = v
+                            .pointer("/params/clientCapabilities")
+                            .cloned()
+                            .unwrap_or(json!({}));
+                    }
+                    if v.get("method").is_none()
+                        && let Some(id) = v.get("id")
+                    {
+                        r.answers.insert(id.to_string(), v.clone());
+                        r.answered_at.entry(id.to_string()).or_insert(*t_ms);
+                    }
+                }
+                r.from_client.push(v);
+            }
+            Event::Out { line, t_ms } => {
+                if let Ok(v) = crate::jsonrpc::parse_json(line.as_bytes())
+                    && let (Some(id), Some(m)) =
+                        (v.get("id"), v.get("method").and_then(Value::as_str))
+                {
+                    r.asked_at.insert(id.to_string(), *t_ms);
+                    r.agent_requests.push((
+                        id.clone(),
+                        m.to_owned(),
+                        v.get("params").cloned().unwrap_or(Value::Null),
+                    ));
+                }
+            }
+            Event::File { .. } => {}
+        }
+    }
+    r
+}
+
+/// The capability a turn method needs of the client, as a JSON pointer
+/// into `clientCapabilities`.
+pub fn capability_of(method: &str) -> Option<&'static str> {
+    match method {
+        "fs/read_text_file" => Some("/fs/readTextFile"),
+        "fs/write_text_file" => Some("/fs/writeTextFile"),
+        m if m.starts_with("terminal/") => Some("/terminal"),
+        _ => None,
+    }
+}
+
+/// Grades what the client did in `case`.
+pub fn grade(case: &Case<ClientStep>, events: &[Event], end: ClientEnd, strict: bool) -> Grade {
+    let r = read(events);
+    // A turn needing a capability the client did not advertise is not applicable.
+    if let Ok(script) = Script::of(case) {
+        for a in &script.turn {
+            if let Some(cap) = a.request.as_deref().and_then(capability_of)
+                && r.capabilities.pointer(cap) != Some(&json!(true))
+                && !r.capabilities.is_null()
+            {
+                return Grade {
+                    outcome: Outcome::Skip,
+                    message: format!(
+                        "the client did not advertise clientCapabilities{} (true), which {} needs",
+                        cap.replace('/', "."),
+                        a.request.as_deref().unwrap_or("")
+                    ),
+                    also_broken: vec![],
+                    skip_kind: Some(SkipKind::Declared),
+                };
+            }
+        }
+    }
+    let mut broken = every_message(events, &r);
+    let mut failures = Vec::new();
+    let mut notes = Vec::new();
+    let mut unseen = Vec::new();
+    for step in &case.steps {
+        match check_step(step, events, &r, end) {
+            Ok(()) => {}
+            Err(Why::Unseen(w)) => unseen.push(w),
+            Err(Why::Broken(w)) if step.info => notes.push(w),
+            Err(Why::Broken(w)) => failures.push(w),
+        }
+    }
+    let summary = describe(&r, end);
+    let with = |lines: Vec<String>| {
+        let mut text = lines.join("; ");
+        if !notes.is_empty() {
+            text.push_str(&format!(" (also: {})", notes.join("; ")));
+        }
+        format!("{text}. What the client did: {summary}")
+    };
+    if !broken.is_empty() {
+        broken.sort();
+        broken.dedup();
+        let also = broken
+            .iter()
+            .map(|(r, _)| r.clone())
+            .filter(|r| !case.requirements.contains(r))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
+        lines.extend(failures);
+        return Grade {
+            outcome: Outcome::Fail,
+            message: with(lines),
+            also_broken: also,
+            skip_kind: None,
+        };
+    }
+    if !failures.is_empty() {
+        return Grade {
+            outcome: Outcome::grade(case.level, true, strict),
+            message: with(failures),
+            also_broken: vec![],
+            skip_kind: None,
+        };
+    }
+    if !unseen.is_empty() {
+        return Grade {
+            outcome: Outcome::Skip,
+            message: with(unseen),
+            also_broken: vec![],
+            skip_kind: Some(SkipKind::Outside),
+        };
+    }
+    let outcome = Outcome::grade(case.level, false, strict);
+    let message = match (outcome == Outcome::Pass, notes.is_empty()) {
+        (true, true) => String::new(),
+        (_, true) => format!("What the client did: {summary}"),
+        _ => format!("{}. What the client did: {summary}", notes.join("; ")),
+    };
+    Grade {
+        outcome,
+        message,
+        also_broken: vec![],
+        skip_kind: None,
+    }
+}
+
+enum Why {
+    Broken(String),
+    /// The client never did what the check is about (the workload contract).
+    Unseen(String),
+}
+
+fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> Result<(), Why> {
+    if let Some(m) = &step.sends {
+        let sent = r
+            .from_client
+            .iter()
+            .flatten()
+            .any(|v| v.get("method") == Some(&json!(m)));
+        return if sent {
+            Ok(())
+        } else {
+            Err(Why::Unseen(format!("the client never sent {m}")))
+        };
+    }
+    if let Some(name) = &step.file {
+        return match events.iter().find_map(|e| match e {
+            Event::File {
+                name: n,
+                ok,
+                detail,
+                ..
+            } if n == name => Some((*ok, detail.clone())),
+            _ => None,
+        }) {
+            Some((true, _)) => Ok(()),
+            Some((false, d)) => Err(Why::Broken(format!("{name} in the session's cwd {d}"))),
+            None => Err(Why::Unseen(format!(
+                "the turn never reached the check of {name}"
+            ))),
+        };
+    }
+    if step.exit_zero {
+        return match end {
+            ClientEnd::Exited { code: Some(0), .. } => Ok(()),
+            other => Err(Why::Broken(format!(
+                "expected exit status 0, the client {}",
+                end_text(other)
+            ))),
+        };
+    }
+    let Some(m) = &step.answered else {
+        return Ok(());
+    };
+    let Some((id, _, params)) = r
+        .agent_requests
+        .iter()
+        .filter(|(_, method, _)| method == m)
+        .nth(step.nth - 1)
+    else {
+        return Err(Why::Unseen(format!(
+            "the turn never sent {m} (number {})",
+            step.nth
+        )));
+    };
+    let _ = params;
+    let Some(answer) = r.answers.get(&id.to_string()) else {
+        return Err(Why::Broken(format!(
+            "the client never answered {m} (id {id})"
+        )));
+    };
+    if let Some(within) = step.within_ms {
+        let asked = r.asked_at.get(&id.to_string()).copied().unwrap_or(0);
+        let answered = r
+            .answered_at
+            .get(&id.to_string())
+            .copied()
+            .unwrap_or(u64::MAX);
+        if answered.saturating_sub(asked) > within {
+            return Err(Why::Broken(format!(
+                "the client answered {m} {} ms after the request, not within {within} ms",
+                answered.saturating_sub(asked)
+            )));
+        }
+    }
+    if step.any_answer {
+        return Ok(());
+    }
+    if step.error {
+        return match answer.get("error") {
+            Some(e) if e.is_object() => Ok(()),
+            _ => Err(Why::Broken(format!(
+                "{m} was answered with {}, not an error",
+                matcher::brief(answer)
+            ))),
+        };
+    }
+    let Some(result) = answer.get("result") else {
+        return Err(Why::Broken(format!(
+            "{m} was answered with an error: {}",
+            matcher::brief(answer.get("error").unwrap_or(&Value::Null))
+        )));
+    };
+    if let Some(want) = &step.result {
+        let mut errors = Vec::new();
+        matcher::match_value(
+            want,
+            Some(result),
+            "result",
+            &mut Vars::default(),
+            &mut errors,
+        );
+        if !errors.is_empty() {
+            return Err(Why::Broken(format!("{m}: {}", errors.join("; "))));
+        }
+    }
+    if let (Some(full), Some(limit)) = (&step.truncation_of, step.limit) {
+        let output = result.get("output").and_then(Value::as_str).unwrap_or("");
+        let mut problems = Vec::new();
+        if output.len() > limit {
+            problems.push(format!(
+                "output is {} bytes, over the limit of {limit}",
+                output.len()
+            ));
+        }
+        if !full.ends_with(output) {
+            problems.push(format!(
+                "output {output:?} is not the end of the command's output: truncation is from the beginning"
+            ));
+        }
+        let best = best_suffix(full, limit);
+        if full.ends_with(output) && output.len() < best.len() {
+            problems.push(format!(
+                "output {output:?} keeps less than it may: {best:?} fits the limit at a character boundary"
+            ));
+        }
+        if full.len() > limit && result.get("truncated") != Some(&json!(true)) {
+            problems.push("truncated is not true".into());
+        }
+        if !problems.is_empty() {
+            return Err(Why::Broken(format!("{m}: {}", problems.join("; "))));
+        }
+    }
+    Ok(())
+}
+
+/// The longest end of `full` that fits in `limit` bytes and starts on a character.
+pub fn best_suffix(full: &str, limit: usize) -> &str {
+    let mut start = full.len().saturating_sub(limit);
+    while !full.is_char_boundary(start) {
+        start += 1;
+    }
+    &full[start..]
+}
+
+fn end_text(end: ClientEnd) -> String {
+    match end {
+        ClientEnd::Exited { code: Some(c), ms } => {
+            format!("exited with status {c} after {:.1} s", ms as f64 / 1000.0)
+        }
+        ClientEnd::Exited { ms, .. } => format!("was killed after {:.1} s", ms as f64 / 1000.0),
+        ClientEnd::Stopped { ms } => format!(
+            "was still running after {:.1} s and conform stopped it",
+            ms as f64 / 1000.0
+        ),
+    }
+}
+
+fn describe(r: &Read, end: ClientEnd) -> String {
+    let sent: Vec<String> = r
+        .from_client
+        .iter()
+        .map(|m| match m {
+            None => "(a line that is not JSON)".to_owned(),
+            Some(v) => match v.get("method").and_then(Value::as_str) {
+                Some(m) => m.to_owned(),
+                None if v.get("error").is_some() => format!("an error for {}", v["id"]),
+                None => format!("a result for {}", v["id"]),
+            },
+        })
+        .collect();
+    format!(
+        "it sent {}; it {}",
+        if sent.is_empty() {
+            "nothing".into()
+        } else {
+            sent.join(", ")
+        },
+        end_text(end)
+    )
+}
+
+/// The rules every line of every case is held to, as (requirement, why).
+fn every_message(events: &[Event], r: &Read) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let schema = schema::schema();
+    let mut initialized = false;
+    let mut session_ready = false;
+    let agent_ids: BTreeMap<String, String> = r
+        .agent_requests
+        .iter()
+        .map(|(id, m, _)| (id.to_string(), m.clone()))
+        .collect();
+    let mut n = 0;
+    for e in events {
+        match e {
+            Event::Out { line, .. } => {
+                if let Ok(v) = crate::jsonrpc::parse_json(line.as_bytes())
+                    && v.get("id").is_some()
+                    && v.get("result")
+                        .is_some_and(|res| res.get("sessionId").is_some())
+                {
+                    session_ready = true;
+                }
+            }
+            Event::In { line, utf8, .. } => {
+                n += 1;
+                if !utf8 {
+                    out.push((rules::UTF8.into(), format!("line {n} is not UTF-8")));
+                }
+                let Ok(v) = crate::jsonrpc::parse_json(line.as_bytes()) else {
+                    out.push((
+                        rules::STDIN_ONLY.into(),
+                        format!(
+                            "line {n} is not a JSON-RPC message: {}",
+                            matcher::truncate(line, 120)
+                        ),
+                    ));
+                    continue;
+                };
+                if v.get("jsonrpc") != Some(&json!("2.0")) {
+                    out.push((
+                        rules::STDIN_ONLY.into(),
+                        format!("line {n} has no jsonrpc \"2.0\""),
+                    ));
+                }
+                match v.get("method").and_then(Value::as_str) {
+                    Some(m) => {
+                        if !initialized && m != "initialize" {
+                            out.push((
+                                rules::INITIALIZE_FIRST.into(),
+                                format!("the client sent {m} before initialize"),
+                            ));
+                        }
+                        if m == "initialize" {
+                            initialized = true;
+                        }
+                        if m == "session/prompt" && !session_ready {
+                            out.push((
+                                rules::SETUP_FIRST.into(),
+                                "the client sent session/prompt before a session was set up".into(),
+                            ));
+                        }
+                        if let Some((_, rule)) = UNADVERTISED.iter().find(|(x, _)| *x == m) {
+                            out.push((
+                                (*rule).into(),
+                                format!("the client called {m}, which the agent did not advertise"),
+                            ));
+                        }
+                        let params = v.get("params").cloned().unwrap_or(Value::Null);
+                        if m == "session/new"
+                            && let Some(cwd) = params.get("cwd").and_then(Value::as_str)
+                            && !cwd.starts_with('/')
+                        {
+                            out.push((
+                                rules::CWD_ABSOLUTE.into(),
+                                format!("session/new's cwd {cwd:?} is not absolute"),
+                            ));
+                        }
+                        if m == "session/prompt" {
+                            for block in params
+                                .get("prompt")
+                                .and_then(Value::as_array)
+                                .into_iter()
+                                .flatten()
+                            {
+                                let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+                                if !matches!(kind, "text" | "resource_link") {
+                                    out.push((
+                                        rules::PROMPT_CAPABILITIES.into(),
+                                        format!(
+                                            "the prompt holds a {kind:?} block; the agent advertised no prompt capability"
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        if let Some(spec) = schema.method(m).filter(|s| s.side == Side::Agent) {
+                            let v2 = schema.violations(&spec.params, &params);
+                            if !v2.is_empty() {
+                                out.push((
+                                    rules::SCHEMA.into(),
+                                    format!("{m} params: {}", v2.join("; ")),
+                                ));
+                            }
+                        }
+                    }
+                    None => {
+                        // An answer to one of the agent's requests.
+                        let key = v.get("id").map(Value::to_string).unwrap_or_default();
+                        if let (Some("session/request_permission"), Some(chosen)) = (
+                            agent_ids.get(&key).map(String::as_str),
+                            v.pointer("/result/outcome/optionId"),
+                        ) && v.pointer("/result/outcome/outcome") == Some(&json!("selected"))
+                        {
+                            let offered = r
+                                .agent_requests
+                                .iter()
+                                .find(|(id, _, _)| *id.to_string() == *key)
+                                .and_then(|(_, _, p)| p.get("options"))
+                                .and_then(Value::as_array)
+                                .map(|o| {
+                                    o.iter()
+                                        .filter_map(|x| x.get("optionId"))
+                                        .cloned()
+                                        .collect::<Vec<_>>()
+                                })
+                                .unwrap_or_default();
+                            if !offered.contains(chosen) {
+                                out.push((
+                                    rules::OFFERED_OPTION.into(),
+                                    format!("the client selected {chosen}, which the request did not offer"),
+                                ));
+                            }
+                        }
+                        if let (Some(m), Some(result)) = (agent_ids.get(&key), v.get("result"))
+                            && let Some(def) = schema
+                                .method(m)
+                                .filter(|s| s.side == Side::Client)
+                                .and_then(|s| s.result.clone())
+                        {
+                            let v2 = schema.violations(&def, result);
+                            if !v2.is_empty() {
+                                out.push((
+                                    rules::SCHEMA.into(),
+                                    format!("the answer to {m}: {}", v2.join("; ")),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            Event::File { .. } => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_best_suffix_starts_on_a_character() {
+        assert_eq!(best_suffix("aé€", 4), "€");
+        assert_eq!(best_suffix("aé€", 5), "é€");
+        assert_eq!(best_suffix("abc", 10), "abc");
+    }
+
+    #[test]
+    fn the_agent_answers_and_runs_its_turn_in_order() {
+        let script = Script {
+            turn: vec![Action {
+                request: Some("fs/read_text_file".into()),
+                notify: None,
+                params: Some(json!({"sessionId": "${session}", "path": "${cwd}/x"})),
+                write_file: None,
+                check_file: None,
+                content: None,
+            }],
+            deadline: None,
+        };
+        let mut a = ScriptedAgent::new(script);
+        let (out, _) = a.handle(
+            br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}"#,
+        );
+        assert_eq!(out[0]["result"]["protocolVersion"], 1);
+        a.handle(br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}"#);
+        let (out, _) = a.handle(br#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"conform-session-1","prompt":[]}}"#);
+        assert_eq!(out[0]["method"], "fs/read_text_file");
+        assert_eq!(out[0]["params"]["path"], "/w/x");
+        let (out, _) = a.handle(br#"{"jsonrpc":"2.0","id":1,"result":{"content":""}}"#);
+        assert_eq!(out[0]["id"], 2);
+        assert_eq!(out[0]["result"]["stopReason"], "end_turn");
+    }
+}

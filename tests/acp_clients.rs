@@ -1,0 +1,140 @@
+//! `--role client` for ACP: conform's scripted agent against the reference
+//! clients (the builtin one and a Python one) and against broken clients,
+//! each with one deviation, which must fail exactly their cases.
+
+mod support;
+
+use std::collections::BTreeSet;
+use support::Double;
+
+fn client_fixture(deviation: &str) -> String {
+    format!(
+        "exec:python3 {}/tests/fixtures/acp_client.py --deviation {deviation} {{agent}}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn ids(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| format!("acp/client/{s}")).collect()
+}
+
+/// Each deviation of `tests/fixtures/acp_client.py`, the `--filter` its run
+/// takes (deviations that break every case are run on the plain turn), and
+/// the cases it must fail.
+const DEVIATIONS: &[(&str, Option<&str>, &[&str])] = &[
+    ("no-create", None, &["fs/write-creates"]),
+    ("truncate-end", None, &["terminal/truncation"]),
+    ("byte-cut", None, &["terminal/truncation"]),
+    ("select-after-cancel", None, &["cancel/pending-permission"]),
+    ("release-keeps", None, &["terminal/release-invalidates"]),
+    (
+        "ignore-custom",
+        Some("acp/client/ext/*"),
+        &["ext/custom-request"],
+    ),
+    (
+        "relative-cwd",
+        Some("acp/client/prompt/*"),
+        &["prompt/turn"],
+    ),
+    (
+        "skip-initialize",
+        Some("acp/client/prompt/*"),
+        &["prompt/turn"],
+    ),
+    (
+        "load-session",
+        Some("acp/client/prompt/*"),
+        &["prompt/turn"],
+    ),
+    (
+        "image-prompt",
+        Some("acp/client/prompt/*"),
+        &["prompt/turn"],
+    ),
+    ("bad-permission-shape", None, &["permission/answered"]),
+    ("wrong-option", None, &["permission/answered"]),
+    ("create-waits", None, &["terminal/create-returns-at-once"]),
+];
+
+#[test]
+fn the_reference_clients_pass_and_every_broken_client_fails_exactly_its_cases() {
+    let role = || vec!["--role".to_owned(), "client".to_owned()];
+    let mut doubles = vec![Double {
+        name: "builtin".into(),
+        protocol: "acp",
+        target: "builtin".into(),
+        extra: role(),
+        fail: BTreeSet::new(),
+        warn: BTreeSet::new(),
+        skipped: Some(0),
+    }];
+    if support::python_available() {
+        doubles.push(Double {
+            name: "python-reference".into(),
+            protocol: "acp",
+            target: client_fixture("none"),
+            extra: role(),
+            fail: BTreeSet::new(),
+            warn: BTreeSet::new(),
+            skipped: Some(0),
+        });
+        // Conformant: it does no file system, so the two fs cases do not apply.
+        doubles.push(Double {
+            name: "variant-no-fs".into(),
+            protocol: "acp",
+            target: client_fixture("no-fs"),
+            extra: role(),
+            fail: BTreeSet::new(),
+            warn: BTreeSet::new(),
+            skipped: Some(2),
+        });
+        doubles.extend(DEVIATIONS.iter().map(|(name, filter, fail)| {
+            let mut extra = role();
+            if let Some(f) = filter {
+                extra.extend(["--filter".into(), (*f).into()]);
+            }
+            Double {
+                name: format!("deviation-{name}"),
+                protocol: "acp",
+                target: client_fixture(name),
+                extra,
+                fail: ids(fail),
+                warn: BTreeSet::new(),
+                skipped: Some(0),
+            }
+        }));
+    } else {
+        eprintln!(
+            "python3 is not on PATH: only the builtin client runs; the broken clients need it"
+        );
+    }
+    let (problems, reports) = support::run_doubles(&doubles);
+    for (name, report) in &reports {
+        support::snapshot_client_report(&format!("acp_client_{name}"), report);
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+#[test]
+fn every_client_must_has_a_case_or_says_why_not() {
+    let cases = conform::protocols::acp::load_client_cases(&[]).unwrap();
+    let catalogue = conform::protocols::acp::catalogue();
+    let cited: BTreeSet<&str> = cases
+        .iter()
+        .flat_map(|c| c.requirements.iter().map(String::as_str))
+        .collect();
+    let mut missing = Vec::new();
+    let mut stale = Vec::new();
+    for r in catalogue.requirements.iter().filter(|r| r.role == "client") {
+        let has = cited.contains(r.id.as_str());
+        if r.level == conform::case::Level::Must && !has && r.no_case.is_none() {
+            missing.push(r.id.as_str());
+        }
+        if has && r.no_case.is_some() {
+            stale.push(r.id.as_str());
+        }
+    }
+    assert!(missing.is_empty(), "client MUSTs with no case: {missing:?}");
+    assert!(stale.is_empty(), "cited, yet marked no_case: {stale:?}");
+}
