@@ -138,3 +138,33 @@ fn every_client_must_has_a_case_or_says_why_not() {
     assert!(missing.is_empty(), "client MUSTs with no case: {missing:?}");
     assert!(stale.is_empty(), "cited, yet marked no_case: {stale:?}");
 }
+
+#[test]
+fn a_client_that_never_cancels_leaves_the_cancel_musts_unexercised_not_failed() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture client needs it");
+        return;
+    }
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &client_fixture("never-cancels"),
+        &["--role", "client", "--filter", "acp/client/cancel/*"],
+    );
+    assert_eq!(code, 1, "not a pass: {stderr}");
+    let case = &report["cases"][0];
+    assert_eq!(case["outcome"], "skip", "{case}");
+    assert_eq!(case["skip_kind"], "outside", "{case}");
+    let unexercised: BTreeSet<&str> = report["unexercised"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u["requirement"].as_str())
+        .collect();
+    assert_eq!(
+        unexercised,
+        BTreeSet::from([
+            "acp.cancel.client-answer-permission",
+            "acp.tool.client-cancelled-outcome"
+        ])
+    );
+}

@@ -79,8 +79,6 @@ fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
 #[test]
 fn a_role_or_protocol_without_a_suite_yet_is_exit_2() {
     for args in [
-        ["--protocol", "agent-socket", "--role", "client"],
-        ["--protocol", "acp", "--role", "client"],
         ["--protocol", "cwx", "--role", "core"],
         ["--protocol", "agent-socket", "--role", "nope"],
     ] {
