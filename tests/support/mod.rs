@@ -233,6 +233,7 @@ pub fn snapshot_rendered(name: &str, text: &str) {
 pub fn snapshot_client_report(name: &str, report: &Value) {
     let mut settings = report_settings();
     settings.add_filter(r"\b\d+\.\d s\b", "[t] s");
+    settings.add_filter(r"\b\d+ ms after\b", "[ms] ms after");
     settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
 }
 
