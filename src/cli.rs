@@ -230,17 +230,6 @@ fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, Ru
             ))
         })?,
     };
-    if !matches!(
-        (protocol, role),
-        (Protocol::AgentSocket, "server" | "client")
-            | (Protocol::Acp, "agent" | "client")
-            | (Protocol::Cwx, "host")
-    ) {
-        return Err(RunError::Usage(format!(
-            "the {} suite for the {role} role is not in this version of conform yet; agent-socket server and client, acp agent and client, and cwx host are",
-            protocol.id()
-        )));
-    }
     Ok(role)
 }
 
@@ -355,6 +344,20 @@ async fn run_target(
     let startup_timeout = Duration::from_secs_f64(args.startup_timeout);
     let target_name = target.to_string();
     let (mut report, baseline) = match args.protocol {
+        Protocol::Cwx if role == "core" => {
+            let Some((cases, b)) = prepare(cwx::load_core_cases(extra)?, args, &target_name)?
+            else {
+                return Ok(None);
+            };
+            let options = cwx::core_role::CoreRunOptions {
+                target,
+                jobs,
+                strict: args.strict,
+            };
+            progress.start(label, cases.len());
+            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
+            (cwx::core_role::run(&options, cases, &mut on_case).await?, b)
+        }
         Protocol::Cwx => {
             let Some((cases, b)) = prepare(cwx::load_cases(extra)?, args, &target_name)? else {
                 return Ok(None);
@@ -622,6 +625,15 @@ fn parse_tier(s: &str) -> Result<cwx::table::Tier, RunError> {
 fn list(args: ListArgs) -> Result<i32, RunError> {
     let role = check_role(args.protocol, args.role.as_deref())?;
     match args.protocol {
+        Protocol::Cwx if role == "core" => print_cases(
+            &selected(
+                cwx::load_core_cases(&[])?,
+                args.filter.as_deref(),
+                args.shard.as_deref(),
+            )?,
+            &cwx::catalogue(),
+            args.json,
+        ),
         Protocol::AgentSocket if role == "client" => print_cases(
             &selected(
                 agent_socket::load_client_cases(&[])?,
@@ -717,6 +729,10 @@ async fn peer(args: PeerArgs) -> Result<i32, RunError> {
             .await
             .map(|()| 0)
             .map_err(|e| RunError::Conform(format!("the scripted agent failed: {e}"))),
+        Protocol::Cwx => cwx::core_role::serve_peer(&args.script, &args.record)
+            .await
+            .map(|()| 0)
+            .map_err(|e| RunError::Conform(format!("the scripted host failed: {e}"))),
         other => Err(RunError::Usage(format!(
             "conform has no scripted peer for {}",
             other.id()

@@ -79,8 +79,8 @@ fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
 #[test]
 fn a_role_or_protocol_without_a_suite_yet_is_exit_2() {
     for args in [
-        ["--protocol", "cwx", "--role", "core"],
         ["--protocol", "agent-socket", "--role", "nope"],
+        ["--protocol", "cwx", "--role", "client"],
     ] {
         let out = conform().arg("run").args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

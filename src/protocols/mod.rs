@@ -47,6 +47,7 @@ impl Protocol {
                 agent_socket::scripted::rules::EVERY_MESSAGE
             }
             Protocol::AgentSocket => &[],
+            Protocol::Cwx if role == "core" => cwx::scripted::rules::EVERY_MESSAGE,
             Protocol::Cwx => cwx::driver::rules::EVERY_MESSAGE,
             Protocol::Acp if role == "client" => acp::scripted::rules::EVERY_MESSAGE,
             Protocol::Acp => acp::monitor::rules::EVERY_MESSAGE,

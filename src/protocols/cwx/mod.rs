@@ -1,10 +1,12 @@
 //! The CWX1 extension-host protocol: conform plays the core and tests a host.
 //! Its single source is the seed's `protocol.rs` (`../shared/specs/cwx/`).
 
+pub mod core_role;
 pub mod corpus;
 pub mod driver;
 pub mod fuzz;
 pub mod reference;
+pub mod scripted;
 pub mod steps;
 pub mod table;
 pub mod validate;
@@ -38,6 +40,20 @@ pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFil
             return Err("cwx cases take no for_each or finally".into());
         }
         Ok(())
+    })
+}
+
+/// The embedded core cases (`--role core`) plus `extra` files, checked.
+pub fn load_core_cases(
+    extra: &[(String, String)],
+) -> Result<Vec<Case<scripted::CoreStep>>, CaseFileError> {
+    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
+        scripted::CoreStep,
+    >| {
+        if c.for_each.is_some() || !c.finally.is_empty() || !c.needs.is_empty() {
+            return Err("core cases take no for_each, needs or finally".into());
+        }
+        scripted::Script::of(c).map(|_| ())
     })
 }
 

@@ -1,0 +1,479 @@
+//! conform as a CWX extension host (`--role core`), sans-IO: the scripted
+//! host the core under test launches (through `{host}`), the record of every
+//! frame it exchanged, and the grading of the core from that record.
+//!
+//! The scripted host is conform's reference host (its toy extension, its
+//! answers) with what a case's `config` changes: the tier it serves, a
+//! `tool/call` it never answers, a broken frame after `host/ready`.
+
+use super::reference::Host;
+use super::table::Tier;
+use super::validate;
+use crate::case::Case;
+use crate::outcome::{Outcome, SkipKind};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+pub const CASES_DIR: &str = "cwx/core/cases";
+pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
+/// How late past a call's `deadline_ms` the `$/cancel` may come: scheduling
+/// on a shared machine, not leniency about the deadline.
+pub const CANCEL_MARGIN_MS: u64 = 1500;
+/// How soon after a broken frame the core must have ended the host.
+pub const END_WITHIN_MS: u64 = 5000;
+/// A frame whose magic is not `CWX1`, as a host that lost its framing writes.
+pub const BAD_FRAME: &[u8] = b"XWC1\x05\x00\x00\x00hello";
+
+/// The requirements every case checks on every frame.
+pub mod rules {
+    pub const FRAMES: &str = "cwx.core.frames";
+    pub const TIER_SEND: &str = "cwx.core.tier-send";
+    pub const EVERY_MESSAGE: &[&str] = &[FRAMES, TIER_SEND];
+}
+
+/// A core case's `config`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Script {
+    /// The tier the host serves: `plugin` (the default) or `builtin`.
+    #[serde(default = "plugin")]
+    pub tier: String,
+    /// Never answer `tool/call`.
+    #[serde(default)]
+    pub silent_tool_call: bool,
+    /// Write a frame with a bad magic right after `host/ready`.
+    #[serde(default)]
+    pub bad_frame_after_ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<f64>,
+}
+
+fn plugin() -> String {
+    "plugin".into()
+}
+
+impl Default for Script {
+    fn default() -> Script {
+        Script {
+            tier: plugin(),
+            silent_tool_call: false,
+            bad_frame_after_ready: false,
+            deadline: None,
+        }
+    }
+}
+
+impl Script {
+    pub fn of(case: &Case<CoreStep>) -> Result<Script, String> {
+        let script: Script = if case.config.is_null() {
+            Script::default()
+        } else {
+            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
+        };
+        script.tier()?;
+        if script.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
+            return Err("deadline is between 0 and 600 seconds".into());
+        }
+        Ok(script)
+    }
+
+    pub fn tier(&self) -> Result<Tier, String> {
+        Tier::parse(&self.tier).ok_or(format!("tier is plugin or builtin, not {:?}", self.tier))
+    }
+
+    pub fn deadline_seconds(&self) -> f64 {
+        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    }
+}
+
+/// One check of a core case: exactly one of `sends`, `cancels`, `endsHost`, `exitZero`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CoreStep {
+    /// The core sent this method (the workload).
+    #[serde(default)]
+    pub sends: Option<String>,
+    /// The core sent `$/cancel` for its unanswered request of this method,
+    /// once the request's `deadline_ms` had passed (within conform's margin).
+    #[serde(default)]
+    pub cancels: Option<String>,
+    /// After the host's broken frame, the core sent nothing more and ended
+    /// the host (closed its stdin or killed it).
+    #[serde(default)]
+    pub ends_host: bool,
+    #[serde(default)]
+    pub exit_zero: bool,
+    #[serde(default)]
+    pub info: bool,
+}
+
+impl crate::case::CheckedStep for CoreStep {
+    fn check(&self) -> Result<(), String> {
+        let n = [
+            self.sends.is_some(),
+            self.cancels.is_some(),
+            self.ends_host,
+            self.exit_zero,
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err("a step is one of sends, cancels, endsHost, exitZero".into());
+        }
+        Ok(())
+    }
+}
+
+/// One event of the scripted host's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Event {
+    /// The host's process id, first.
+    Pid { pid: u32 },
+    /// A payload from the core.
+    In { t_ms: u64, payload: String },
+    /// What the core wrote that is not a frame; the host stops reading.
+    BadFrame { t_ms: u64, why: String },
+    /// A message the host wrote.
+    Out { t_ms: u64, payload: String },
+    /// The host wrote its broken frame.
+    BrokeFrame { t_ms: u64 },
+    /// The core closed the host's stdin.
+    Closed { t_ms: u64 },
+}
+
+/// The scripted host: conform's reference host with the script's changes.
+pub struct ScriptedHost {
+    host: Host,
+    script: Script,
+}
+
+impl ScriptedHost {
+    pub fn new(script: Script) -> Result<ScriptedHost, String> {
+        Ok(ScriptedHost {
+            host: Host::new(script.tier()?),
+            script,
+        })
+    }
+
+    pub fn hello(&self) -> Value {
+        self.host.hello()
+    }
+
+    /// The messages to write for one payload from the core, and whether to
+    /// write the broken frame after them.
+    pub fn handle(&mut self, payload: &[u8]) -> (Vec<Value>, bool) {
+        let method = serde_json::from_slice::<Value>(payload)
+            .ok()
+            .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_owned));
+        if self.script.silent_tool_call && method.as_deref() == Some("tool/call") {
+            return (vec![], false);
+        }
+        let out = self.host.handle(payload);
+        let broke = self.script.bad_frame_after_ready
+            && out
+                .iter()
+                .any(|m| m.get("method") == Some(&json!("host/ready")));
+        (out, broke)
+    }
+
+    pub fn tick(&mut self) -> Vec<Value> {
+        self.host.tick()
+    }
+
+    pub fn done(&self) -> bool {
+        self.host.done
+    }
+}
+
+/// How the core ended, and whether the host it launched outlived it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreEnd {
+    pub code: Option<i32>,
+    /// The core was still running at the deadline and conform stopped it.
+    pub stopped: bool,
+    pub ms: u64,
+    /// The scripted host was still alive after the core ended (conform killed it).
+    pub host_outlived: bool,
+}
+
+/// A case's grade.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grade {
+    pub outcome: Outcome,
+    pub message: String,
+    pub also_broken: Vec<String>,
+    pub skip_kind: Option<SkipKind>,
+}
+
+fn parsed(payload: &str) -> Option<Value> {
+    serde_json::from_str(payload).ok()
+}
+
+/// Grades what the core did in `case`.
+pub fn grade(case: &Case<CoreStep>, events: &[Event], end: CoreEnd, strict: bool) -> Grade {
+    let tier = Script::of(case)
+        .ok()
+        .and_then(|s| s.tier().ok())
+        .unwrap_or(Tier::Plugin);
+    let mut broken = every_message(events, tier);
+    let mut failures = Vec::new();
+    let mut notes = Vec::new();
+    let mut unseen = Vec::new();
+    for step in &case.steps {
+        match check_step(step, events, end) {
+            Ok(()) => {}
+            Err((true, w)) => {
+                unseen.push(w);
+                break;
+            }
+            Err((false, w)) if step.info => notes.push(w),
+            Err((false, w)) => failures.push(w),
+        }
+    }
+    let summary = describe(events, end);
+    let with = |lines: Vec<String>| {
+        let mut text = lines.join("; ");
+        if !notes.is_empty() {
+            text.push_str(&format!(" (also: {})", notes.join("; ")));
+        }
+        format!("{text}. What the core did: {summary}")
+    };
+    if !broken.is_empty() {
+        broken.sort();
+        broken.dedup();
+        let also = broken
+            .iter()
+            .map(|(r, _)| r.clone())
+            .filter(|r| !case.requirements.contains(r))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
+        lines.extend(failures);
+        return Grade {
+            outcome: Outcome::Fail,
+            message: with(lines),
+            also_broken: also,
+            skip_kind: None,
+        };
+    }
+    if !failures.is_empty() {
+        return Grade {
+            outcome: Outcome::grade(case.level, true, strict),
+            message: with(failures),
+            also_broken: vec![],
+            skip_kind: None,
+        };
+    }
+    if !unseen.is_empty() {
+        return Grade {
+            outcome: Outcome::Skip,
+            message: with(unseen),
+            also_broken: vec![],
+            skip_kind: Some(SkipKind::Outside),
+        };
+    }
+    let outcome = Outcome::grade(case.level, false, strict);
+    let message = match (outcome == Outcome::Pass, notes.is_empty()) {
+        (true, true) => String::new(),
+        (_, true) => format!("What the core did: {summary}"),
+        _ => format!("{}. What the core did: {summary}", notes.join("; ")),
+    };
+    Grade {
+        outcome,
+        message,
+        also_broken: vec![],
+        skip_kind: None,
+    }
+}
+
+/// `Err((unseen, why))`: unseen when the core never did what the step is about.
+fn check_step(step: &CoreStep, events: &[Event], end: CoreEnd) -> Result<(), (bool, String)> {
+    let from_core: Vec<(u64, Value)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::In { t_ms, payload } => parsed(payload).map(|v| (*t_ms, v)),
+            _ => None,
+        })
+        .collect();
+    if let Some(m) = &step.sends {
+        return if from_core.iter().any(|(_, v)| v["method"] == json!(m)) {
+            Ok(())
+        } else {
+            Err((false, format!("the core never sent {m}")))
+        };
+    }
+    if let Some(m) = &step.cancels {
+        let Some((sent, request)) = from_core
+            .iter()
+            .find(|(_, v)| v["method"] == json!(m) && v.get("id").is_some())
+        else {
+            return Err((true, format!("the core never sent {m}")));
+        };
+        let id = request["id"].clone();
+        let deadline = request
+            .pointer("/params/deadline_ms")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let cancel = from_core.iter().find(|(_, v)| {
+            v["method"] == json!("$/cancel") && v.pointer("/params/id") == Some(&id)
+        });
+        return match cancel {
+            None => Err((
+                false,
+                format!(
+                    "the core never sent $/cancel for its {m} (id {id}, deadline_ms {deadline})"
+                ),
+            )),
+            Some((t, _)) => {
+                let after = t.saturating_sub(*sent);
+                if after + 50 < deadline {
+                    Err((
+                        false,
+                        format!(
+                            "the core cancelled its {m} {after} ms after sending it, before its deadline_ms {deadline}"
+                        ),
+                    ))
+                } else if after > deadline + CANCEL_MARGIN_MS {
+                    Err((
+                        false,
+                        format!(
+                            "the core cancelled its {m} {after} ms after sending it, past its deadline_ms {deadline} and conform's {CANCEL_MARGIN_MS} ms margin"
+                        ),
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        };
+    }
+    if step.ends_host {
+        let Some(broke) = events.iter().find_map(|e| match e {
+            Event::BrokeFrame { t_ms } => Some(*t_ms),
+            _ => None,
+        }) else {
+            return Err((true, "the host never got to break its framing".into()));
+        };
+        let mut problems = Vec::new();
+        let later: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::In { t_ms, payload } if *t_ms > broke + 1000 => Some(
+                    parsed(payload)
+                        .and_then(|v| v["method"].as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "an answer".into()),
+                ),
+                _ => None,
+            })
+            .collect();
+        if !later.is_empty() {
+            problems.push(format!(
+                "after the host's broken frame the core went on sending: {}",
+                later.join(", ")
+            ));
+        }
+        let closed = events.iter().find_map(|e| match e {
+            Event::Closed { t_ms } => Some(*t_ms),
+            _ => None,
+        });
+        match closed {
+            Some(t) if t > broke + END_WITHIN_MS && !end.stopped => problems.push(format!(
+                "the core closed the host's stdin {} ms after the broken frame, not within {END_WITHIN_MS} ms",
+                t - broke
+            )),
+            _ => {}
+        }
+        if end.host_outlived || (closed.is_none() && end.stopped) {
+            problems.push("the core did not end the host: it was still running".into());
+        }
+        return if problems.is_empty() {
+            Ok(())
+        } else {
+            Err((false, problems.join("; ")))
+        };
+    }
+    if step.exit_zero {
+        return match (end.code, end.stopped) {
+            (Some(0), false) => Ok(()),
+            (_, true) => Err((false, "the core was still running at the deadline".into())),
+            (c, _) => Err((false, format!("the core exited with {c:?}, not 0"))),
+        };
+    }
+    Ok(())
+}
+
+fn describe(events: &[Event], end: CoreEnd) -> String {
+    let sent: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::In { payload, .. } => Some(
+                parsed(payload)
+                    .map(|v| match v["method"].as_str() {
+                        Some(m) => m.to_owned(),
+                        None => format!("an answer to {}", v["id"]),
+                    })
+                    .unwrap_or_else(|| "(not JSON)".into()),
+            ),
+            Event::BadFrame { .. } => Some("(a broken frame)".into()),
+            _ => None,
+        })
+        .collect();
+    let how = if end.stopped {
+        format!(
+            "was still running after {:.1} s and conform stopped it",
+            end.ms as f64 / 1000.0
+        )
+    } else {
+        match end.code {
+            Some(c) => format!(
+                "exited with status {c} after {:.1} s",
+                end.ms as f64 / 1000.0
+            ),
+            None => format!("was killed after {:.1} s", end.ms as f64 / 1000.0),
+        }
+    };
+    format!(
+        "it sent {}; it {how}",
+        if sent.is_empty() {
+            "nothing".into()
+        } else {
+            sent.join(", ")
+        }
+    )
+}
+
+fn every_message(events: &[Event], tier: Tier) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    for e in events {
+        match e {
+            Event::BadFrame { why, .. } => out.push((
+                rules::FRAMES.into(),
+                format!("the core wrote bytes that are not a CWX1 frame: {why}"),
+            )),
+            Event::In { payload, .. } => {
+                n += 1;
+                let Some(v) = parsed(payload) else {
+                    out.push((
+                        rules::FRAMES.into(),
+                        format!("frame {n}'s payload is not JSON"),
+                    ));
+                    continue;
+                };
+                if let Err(why) = validate::parse_core_message(v, tier) {
+                    let rule = if why.contains("is not allowed on the") {
+                        rules::TIER_SEND
+                    } else {
+                        rules::FRAMES
+                    };
+                    out.push((rule.into(), format!("frame {n}: {why}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
