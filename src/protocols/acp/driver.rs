@@ -267,6 +267,8 @@ struct CaseRun<'a> {
     stalled: bool,
     /// The agent ended (or closed stdout) before the case was over.
     ended_early: bool,
+    /// conform closed the agent's stdin to end the case.
+    ending: bool,
     workspace: std::path::PathBuf,
 }
 
@@ -330,6 +332,7 @@ impl Context {
             closed: false,
             stalled: false,
             ended_early: false,
+            ending: false,
             workspace: ws,
         };
         run.setup().await;
@@ -436,11 +439,16 @@ impl CaseRun<'_> {
                         .process
                         .wait_for_exit(Duration::from_millis(300))
                         .await;
-                    let what = format!(
-                        "stdout closed; the agent {}",
-                        process::describe_status(status)
-                    );
-                    self.log(Direction::Event, what.as_bytes());
+                    // An agent that exits cleanly once conform ended its
+                    // input is not news: the transcript leaves it out.
+                    let clean = self.ending && status.is_some_and(|s| s.success());
+                    if !clean {
+                        let what = format!(
+                            "stdout closed; the agent {}",
+                            process::describe_status(status)
+                        );
+                        self.log(Direction::Event, what.as_bytes());
+                    }
                     return done(self);
                 }
             }
@@ -1129,14 +1137,16 @@ impl CaseRun<'_> {
 
     /// Ends the agent: stdin closed, a moment to exit, then the group ended.
     async fn finish(&mut self) {
-        // Whatever is already on the way still counts.
-        if !self.closed {
-            self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
-                .await;
-        }
         // An agent that ended before conform ended it: its stderr says why.
         self.ended_early = self.closed || self.stream.process.exit_status().is_some();
         self.stream.close_stdin();
+        self.ending = true;
+        // Whatever the agent writes until it closes its stdout still counts;
+        // reading to that close, rather than for a fixed while, costs an
+        // agent that exits on end of input nothing.
+        if !self.closed {
+            self.pump(Instant::now() + EXIT_GRACE, &|_| false).await;
+        }
         let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
     }
