@@ -125,8 +125,9 @@ fn finds_and_replays(
             "5000",
             "--seed",
             seed,
+            // A Python target on a loaded machine can take over 2 s to start.
             "--timeout",
-            "2",
+            "5",
             "--shrink-time",
             "40",
             "-j",
