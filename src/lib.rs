@@ -15,6 +15,7 @@ pub mod fuzz;
 pub mod jsonrpc;
 pub mod matcher;
 pub mod outcome;
+pub mod peer;
 pub mod progress;
 pub mod protocols;
 pub mod redact;

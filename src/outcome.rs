@@ -117,6 +117,23 @@ pub struct CaseResult {
     pub transcript: Vec<TranscriptEntry>,
 }
 
+impl CaseResult {
+    /// The record of `case` before it runs: an error until its outcome is set.
+    pub fn for_case<S>(case: &crate::case::Case<S>, message: impl Into<String>) -> CaseResult {
+        CaseResult {
+            id: case.id.clone(),
+            title: case.title.clone(),
+            level: case.level,
+            requirements: case.requirements.clone(),
+            outcome: Outcome::Error,
+            message: message.into(),
+            duration_ms: 0,
+            skip_kind: None,
+            transcript: vec![],
+        }
+    }
+}
+
 /// Counts of each outcome.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Summary {

@@ -49,17 +49,38 @@ pub async fn run_cases<S>(
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            r.unwrap_or_else(|| CaseResult {
-                id: cases[i].id.clone(),
-                title: cases[i].title.clone(),
-                level: cases[i].level,
-                requirements: cases[i].requirements.clone(),
-                outcome: crate::outcome::Outcome::Error,
-                message: "conform failed while running this case (a bug in conform)".into(),
-                duration_ms: 0,
-                skip_kind: None,
-                transcript: vec![],
+            r.unwrap_or_else(|| {
+                CaseResult::for_case(
+                    &cases[i],
+                    "conform failed while running this case (a bug in conform)",
+                )
             })
         })
         .collect()
+}
+
+/// Runs case `i` of the shared cases with a shared context.
+pub type RunNth<C, S, F> = fn(Arc<C>, Arc<Vec<Case<S>>>, usize) -> F;
+
+/// Runs `cases` as [`run_cases`] does, case `i` by `run(ctx, cases, i)`: the
+/// shared plumbing of the roles where conform plays the peer.
+pub async fn run_with<S, C, F>(
+    cases: Vec<Case<S>>,
+    jobs: usize,
+    ctx: C,
+    run: RunNth<C, S, F>,
+    progress: &mut dyn FnMut(&CaseResult, usize, usize),
+) -> Vec<CaseResult>
+where
+    S: Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    F: Future<Output = CaseResult> + Send + 'static,
+{
+    let cases = Arc::new(cases);
+    let ctx = Arc::new(ctx);
+    let run_one: Arc<dyn Fn(usize) -> CaseFuture + Send + Sync> = {
+        let cases = cases.clone();
+        Arc::new(move |i| Box::pin(run(ctx.clone(), cases.clone(), i)))
+    };
+    run_cases(&cases, jobs, run_one, progress).await
 }

@@ -11,8 +11,7 @@ use crate::case::Case;
 use crate::error::RunError;
 use crate::matcher::{shell_quote, truncate};
 use crate::outcome::{
-    CaseResult, Direction, Outcome, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT,
-    TranscriptEntry,
+    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
 };
 use crate::runner;
 use crate::target::Target;
@@ -29,8 +28,6 @@ use tokio::time::Instant;
 
 /// The longest line either side reads.
 const LINE_LIMIT: usize = 16 * 1024 * 1024;
-/// The most of the record conform reads back.
-const RECORD_LIMIT: u64 = 32 * 1024 * 1024;
 
 /// Serves the scripted agent of `script` on stdio, appending every event to
 /// `record` (JSON lines), until stdin closes.
@@ -111,18 +108,8 @@ pub async fn run(
     }
     let exe = std::env::current_exe()
         .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
-    let exe = Arc::new(exe);
-    let target = Arc::new(options.target.clone());
-    let strict = options.strict;
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let (cases, target, exe) = (cases.clone(), target.clone(), exe.clone());
-            Box::pin(async move { run_case(&cases[i], &target, &exe, strict).await })
-        })
-    };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let ctx = (options.target.clone(), exe, options.strict);
+    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     Ok(RunReport::new(
         crate::protocols::Protocol::Acp,
         "client",
@@ -133,6 +120,15 @@ pub async fn run(
     ))
 }
 
+async fn run_nth(
+    ctx: Arc<(Target, PathBuf, bool)>,
+    cases: Arc<Vec<Case<ClientStep>>>,
+    i: usize,
+) -> CaseResult {
+    let (target, exe, strict) = &*ctx;
+    run_case(&cases[i], target, exe, *strict).await
+}
+
 async fn run_case(
     case: &Case<ClientStep>,
     target: &Target,
@@ -140,17 +136,7 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let mut result = CaseResult {
-        id: case.id.clone(),
-        title: case.title.clone(),
-        level: case.level,
-        requirements: case.requirements.clone(),
-        outcome: Outcome::Error,
-        message: String::new(),
-        duration_ms: 0,
-        skip_kind: None,
-        transcript: vec![],
-    };
+    let mut result = CaseResult::for_case(case, "");
     match observe(case, target, exe, started).await {
         Err(why) => result.message = why,
         Ok((events, end, log)) => {
@@ -291,26 +277,8 @@ async fn observe(
         }
         Target::Unix(_) => return Err("--role client cannot test unix: targets".into()),
     };
-    let events = read_record(&record)?;
+    let events = crate::peer::read_record::<Event>(&record)?;
     Ok((events, end, log))
-}
-
-fn read_record(path: &Path) -> Result<Vec<Event>, String> {
-    use std::io::Read;
-    let mut text = String::new();
-    match std::fs::File::open(path) {
-        Ok(f) => {
-            f.take(RECORD_LIMIT)
-                .read_to_string(&mut text)
-                .map_err(|e| format!("cannot read the scripted agent's record: {e}"))?;
-        }
-        // The client never started the agent: an empty record.
-        Err(_) => return Ok(vec![]),
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
 }
 
 /// conform's reference client: the workload of the README ("Testing an ACP

@@ -12,9 +12,11 @@ use super::schema::{self, Side};
 use crate::case::Case;
 use crate::matcher::{self, Vars};
 use crate::outcome::{Outcome, SkipKind};
+use crate::peer::Findings;
+pub use crate::peer::Grade;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub const CASES_DIR: &str = "acp/client/cases";
@@ -395,15 +397,6 @@ pub enum ClientEnd {
     Stopped { ms: u64 },
 }
 
-/// A case's grade.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Grade {
-    pub outcome: Outcome,
-    pub message: String,
-    pub also_broken: Vec<String>,
-    pub skip_kind: Option<SkipKind>,
-}
-
 /// What the record says, read once.
 struct Read {
     /// Client messages in order (None for a line that is not JSON).
@@ -500,77 +493,23 @@ pub fn grade(case: &Case<ClientStep>, events: &[Event], end: ClientEnd, strict: 
             }
         }
     }
-    let mut broken = every_message(events, &r);
-    let mut failures = Vec::new();
-    let mut notes = Vec::new();
-    let mut unseen = Vec::new();
+    let mut found = Findings {
+        broken: every_message(events, &r),
+        ..Findings::default()
+    };
     for step in &case.steps {
         match check_step(step, events, &r, end) {
             Ok(()) => {}
             // The later steps are about what the client did not do: moot.
             Err(Why::Unseen(w)) => {
-                unseen.push(w);
+                found.unseen.push(w);
                 break;
             }
-            Err(Why::Broken(w)) if step.info => notes.push(w),
-            Err(Why::Broken(w)) => failures.push(w),
+            Err(Why::Broken(w)) if step.info => found.notes.push(w),
+            Err(Why::Broken(w)) => found.failures.push(w),
         }
     }
-    let summary = describe(&r, end);
-    let with = |lines: Vec<String>| {
-        let mut text = lines.join("; ");
-        if !notes.is_empty() {
-            text.push_str(&format!(" (also: {})", notes.join("; ")));
-        }
-        format!("{text}. What the client did: {summary}")
-    };
-    if !broken.is_empty() {
-        broken.sort();
-        broken.dedup();
-        let also = broken
-            .iter()
-            .map(|(r, _)| r.clone())
-            .filter(|r| !case.requirements.contains(r))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
-        lines.extend(failures);
-        return Grade {
-            outcome: Outcome::Fail,
-            message: with(lines),
-            also_broken: also,
-            skip_kind: None,
-        };
-    }
-    if !failures.is_empty() {
-        return Grade {
-            outcome: Outcome::grade(case.level, true, strict),
-            message: with(failures),
-            also_broken: vec![],
-            skip_kind: None,
-        };
-    }
-    if !unseen.is_empty() {
-        return Grade {
-            outcome: Outcome::Skip,
-            message: with(unseen),
-            also_broken: vec![],
-            skip_kind: Some(SkipKind::Outside),
-        };
-    }
-    let outcome = Outcome::grade(case.level, false, strict);
-    let message = match (outcome == Outcome::Pass, notes.is_empty()) {
-        (true, true) => String::new(),
-        (_, true) => format!("What the client did: {summary}"),
-        _ => format!("{}. What the client did: {summary}", notes.join("; ")),
-    };
-    Grade {
-        outcome,
-        message,
-        also_broken: vec![],
-        skip_kind: None,
-    }
+    found.grade(case, strict, &describe(&r, end), "client")
 }
 
 enum Why {

@@ -13,7 +13,8 @@ use super::validate::{self, DeclaredSandbox};
 use crate::case::Case;
 use crate::jsonrpc;
 use crate::matcher::{self, Vars};
-use crate::outcome::{Outcome, SkipKind};
+use crate::peer::Findings;
+pub use crate::peer::Grade;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -446,92 +447,26 @@ pub struct Observation {
     pub end: ClientEnd,
 }
 
-/// A case's grade.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Grade {
-    pub outcome: Outcome,
-    pub message: String,
-    /// Requirements broken that the case does not cite (the every-message rules).
-    pub also_broken: Vec<String>,
-    pub skip_kind: Option<SkipKind>,
-}
-
 /// Grades what the client did in `case`.
 pub fn grade(case: &Case<ClientStep>, script: &Script, obs: &Observation, strict: bool) -> Grade {
-    let mut broken: Vec<(String, String)> = every_message(script, obs);
-    let mut failures = Vec::new();
-    let mut notes = Vec::new();
-    let mut unseen = Vec::new();
+    let mut found = Findings {
+        broken: every_message(script, obs),
+        ..Findings::default()
+    };
     for step in &case.steps {
         match check_step(step, obs) {
             Check::Holds => {}
             // The later steps are about what the client did not do: moot.
             Check::Unseen(why) => {
-                unseen.push(why);
+                found.unseen.push(why);
                 break;
             }
-            Check::Broken(why) if step.info => notes.push(why),
-            Check::Broken(why) => failures.push(why),
-            Check::Note(why) => notes.push(why),
+            Check::Broken(why) if step.info => found.notes.push(why),
+            Check::Broken(why) => found.failures.push(why),
+            Check::Note(why) => found.notes.push(why),
         }
     }
-    let summary = describe(obs);
-    let with = |lines: Vec<String>| -> String {
-        let mut text = lines.join("; ");
-        if !notes.is_empty() {
-            text.push_str(&format!(" (also: {})", notes.join("; ")));
-        }
-        format!("{text}. What the client did: {summary}")
-    };
-    if !broken.is_empty() {
-        broken.sort();
-        broken.dedup();
-        let also: Vec<String> = broken
-            .iter()
-            .map(|(r, _)| r.clone())
-            .filter(|r| !case.requirements.contains(r))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
-        lines.extend(failures);
-        return Grade {
-            outcome: Outcome::Fail,
-            message: with(lines),
-            also_broken: also,
-            skip_kind: None,
-        };
-    }
-    if !failures.is_empty() {
-        return Grade {
-            outcome: Outcome::grade(case.level, true, strict),
-            message: with(failures),
-            also_broken: vec![],
-            skip_kind: None,
-        };
-    }
-    if !unseen.is_empty() {
-        return Grade {
-            outcome: Outcome::Skip,
-            message: with(unseen),
-            also_broken: vec![],
-            skip_kind: Some(SkipKind::Outside),
-        };
-    }
-    let outcome = Outcome::grade(case.level, false, strict);
-    let message = if outcome == Outcome::Pass && notes.is_empty() {
-        String::new()
-    } else if notes.is_empty() {
-        format!("What the client did: {summary}")
-    } else {
-        format!("{}. What the client did: {summary}", notes.join("; "))
-    };
-    Grade {
-        outcome,
-        message,
-        also_broken: vec![],
-        skip_kind: None,
-    }
+    found.grade(case, strict, &describe(obs), "client")
 }
 
 enum Check {

@@ -9,8 +9,7 @@ use crate::case::Case;
 use crate::error::RunError;
 use crate::matcher::{shell_quote, truncate};
 use crate::outcome::{
-    CaseResult, Direction, Outcome, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT,
-    TranscriptEntry,
+    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
 };
 use crate::runner;
 use crate::target::Target;
@@ -47,18 +46,12 @@ pub async fn run(
             "--role client tests a client conform starts: --target builtin or exec:<command line> with {socket}".into(),
         ));
     }
-    let python = Arc::new(reference::find_python());
-    let target = Arc::new(options.target.clone());
-    let strict = options.strict;
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let (cases, target, python) = (cases.clone(), target.clone(), python.clone());
-            Box::pin(async move { run_case(&cases[i], &target, &python, strict).await })
-        })
-    };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let ctx = (
+        options.target.clone(),
+        reference::find_python(),
+        options.strict,
+    );
+    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     Ok(RunReport::new(
         crate::protocols::Protocol::AgentSocket,
         "client",
@@ -122,6 +115,15 @@ impl Record {
     }
 }
 
+async fn run_nth(
+    ctx: Arc<(Target, String, bool)>,
+    cases: Arc<Vec<Case<ClientStep>>>,
+    i: usize,
+) -> CaseResult {
+    let (target, python, strict) = &*ctx;
+    run_case(&cases[i], target, python, *strict).await
+}
+
 async fn run_case(
     case: &Case<ClientStep>,
     target: &Target,
@@ -129,17 +131,7 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let mut result = CaseResult {
-        id: case.id.clone(),
-        title: case.title.clone(),
-        level: case.level,
-        requirements: case.requirements.clone(),
-        outcome: Outcome::Error,
-        message: String::new(),
-        duration_ms: 0,
-        skip_kind: None,
-        transcript: vec![],
-    };
+    let mut result = CaseResult::for_case(case, "");
     let record = Record {
         started,
         events: Arc::default(),

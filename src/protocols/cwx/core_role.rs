@@ -10,8 +10,7 @@ use crate::case::Case;
 use crate::error::RunError;
 use crate::matcher::{shell_quote, truncate};
 use crate::outcome::{
-    CaseResult, Direction, Outcome, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT,
-    TranscriptEntry,
+    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
 };
 use crate::runner;
 use crate::target::Target;
@@ -20,13 +19,11 @@ use crate::transport::stdio::{LineStream, StreamEvent};
 use crate::wire::frame::{FrameDecoder, encode};
 use serde_json::{Value, json};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-
-const RECORD_LIMIT: u64 = 32 * 1024 * 1024;
 
 /// Serves the scripted host of `script` on framed stdio, appending every
 /// event to `record`, until stdin closes, a broken frame arrives, or
@@ -144,21 +141,10 @@ pub async fn run(
             "--role core tests a core conform starts: --target builtin or exec:<command line> with {host}".into(),
         ));
     }
-    let exe =
-        Arc::new(std::env::current_exe().map_err(|e| {
-            RunError::Conform(format!("cannot find conform's own executable: {e}"))
-        })?);
-    let target = Arc::new(options.target.clone());
-    let strict = options.strict;
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let (cases, target, exe) = (cases.clone(), target.clone(), exe.clone());
-            Box::pin(async move { run_case(&cases[i], &target, &exe, strict).await })
-        })
-    };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let exe = std::env::current_exe()
+        .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
+    let ctx = (options.target.clone(), exe, options.strict);
+    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     Ok(RunReport::new(
         crate::protocols::Protocol::Cwx,
         "core",
@@ -169,19 +155,18 @@ pub async fn run(
     ))
 }
 
+async fn run_nth(
+    ctx: Arc<(Target, PathBuf, bool)>,
+    cases: Arc<Vec<Case<CoreStep>>>,
+    i: usize,
+) -> CaseResult {
+    let (target, exe, strict) = &*ctx;
+    run_case(&cases[i], target, exe, *strict).await
+}
+
 async fn run_case(case: &Case<CoreStep>, target: &Target, exe: &Path, strict: bool) -> CaseResult {
     let started = Instant::now();
-    let mut result = CaseResult {
-        id: case.id.clone(),
-        title: case.title.clone(),
-        level: case.level,
-        requirements: case.requirements.clone(),
-        outcome: Outcome::Error,
-        message: String::new(),
-        duration_ms: 0,
-        skip_kind: None,
-        transcript: vec![],
-    };
+    let mut result = CaseResult::for_case(case, "");
     match observe(case, target, exe, started).await {
         Err(why) => result.message = why,
         Ok((events, end, log)) => {
@@ -237,23 +222,6 @@ fn transcript(events: &[Event], core_log: &str) -> Vec<TranscriptEntry> {
         });
     }
     out
-}
-
-fn read_record(path: &Path) -> Result<Vec<Event>, String> {
-    use std::io::Read;
-    let mut text = String::new();
-    match std::fs::File::open(path) {
-        Ok(f) => {
-            f.take(RECORD_LIMIT)
-                .read_to_string(&mut text)
-                .map_err(|e| format!("cannot read the scripted host's record: {e}"))?;
-        }
-        Err(_) => return Ok(vec![]),
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
 }
 
 /// Whether process `pid` is still running (not a zombie).
@@ -344,7 +312,7 @@ async fn observe(
     // Give the host a moment to see its stdin close, then check it is gone;
     // a host the core left behind is ended here, whatever the verdict.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut events = read_record(&record)?;
+    let mut events = crate::peer::read_record::<Event>(&record)?;
     let pid = events.iter().find_map(|e| match e {
         Event::Pid { pid } => Some(*pid),
         _ => None,
@@ -358,7 +326,7 @@ async fn observe(
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
-        events = read_record(&record)?;
+        events = crate::peer::read_record::<Event>(&record)?;
     }
     Ok((
         events,

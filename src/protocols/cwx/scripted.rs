@@ -10,10 +10,10 @@ use super::reference::Host;
 use super::table::Tier;
 use super::validate;
 use crate::case::Case;
-use crate::outcome::{Outcome, SkipKind};
+use crate::peer::Findings;
+pub use crate::peer::Grade;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
 
 pub const CASES_DIR: &str = "cwx/core/cases";
 pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
@@ -199,15 +199,6 @@ pub struct CoreEnd {
     pub host_outlived: bool,
 }
 
-/// A case's grade.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Grade {
-    pub outcome: Outcome,
-    pub message: String,
-    pub also_broken: Vec<String>,
-    pub skip_kind: Option<SkipKind>,
-}
-
 fn parsed(payload: &str) -> Option<Value> {
     serde_json::from_str(payload).ok()
 }
@@ -218,76 +209,23 @@ pub fn grade(case: &Case<CoreStep>, events: &[Event], end: CoreEnd, strict: bool
         .ok()
         .and_then(|s| s.tier().ok())
         .unwrap_or(Tier::Plugin);
-    let mut broken = every_message(events, tier);
-    let mut failures = Vec::new();
-    let mut notes = Vec::new();
-    let mut unseen = Vec::new();
+    let mut found = Findings {
+        broken: every_message(events, tier),
+        ..Findings::default()
+    };
     for step in &case.steps {
         match check_step(step, events, end) {
             Ok(()) => {}
+            // The later steps are about what the core did not do: moot.
             Err((true, w)) => {
-                unseen.push(w);
+                found.unseen.push(w);
                 break;
             }
-            Err((false, w)) if step.info => notes.push(w),
-            Err((false, w)) => failures.push(w),
+            Err((false, w)) if step.info => found.notes.push(w),
+            Err((false, w)) => found.failures.push(w),
         }
     }
-    let summary = describe(events, end);
-    let with = |lines: Vec<String>| {
-        let mut text = lines.join("; ");
-        if !notes.is_empty() {
-            text.push_str(&format!(" (also: {})", notes.join("; ")));
-        }
-        format!("{text}. What the core did: {summary}")
-    };
-    if !broken.is_empty() {
-        broken.sort();
-        broken.dedup();
-        let also = broken
-            .iter()
-            .map(|(r, _)| r.clone())
-            .filter(|r| !case.requirements.contains(r))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut lines: Vec<String> = broken.iter().map(|(r, w)| format!("[{r}] {w}")).collect();
-        lines.extend(failures);
-        return Grade {
-            outcome: Outcome::Fail,
-            message: with(lines),
-            also_broken: also,
-            skip_kind: None,
-        };
-    }
-    if !failures.is_empty() {
-        return Grade {
-            outcome: Outcome::grade(case.level, true, strict),
-            message: with(failures),
-            also_broken: vec![],
-            skip_kind: None,
-        };
-    }
-    if !unseen.is_empty() {
-        return Grade {
-            outcome: Outcome::Skip,
-            message: with(unseen),
-            also_broken: vec![],
-            skip_kind: Some(SkipKind::Outside),
-        };
-    }
-    let outcome = Outcome::grade(case.level, false, strict);
-    let message = match (outcome == Outcome::Pass, notes.is_empty()) {
-        (true, true) => String::new(),
-        (_, true) => format!("What the core did: {summary}"),
-        _ => format!("{}. What the core did: {summary}", notes.join("; ")),
-    };
-    Grade {
-        outcome,
-        message,
-        also_broken: vec![],
-        skip_kind: None,
-    }
+    found.grade(case, strict, &describe(events, end), "core")
 }
 
 /// `Err((unseen, why))`: unseen when the core never did what the step is about.
