@@ -109,6 +109,11 @@ impl LineStream {
         if self.closed {
             return None;
         }
+        // timeout_at polls a ready channel even past its deadline: a target
+        // that keeps writing would stretch every wait without end.
+        if Instant::now() >= until {
+            return None;
+        }
         match tokio::time::timeout_at(until, self.events.recv()).await {
             Ok(Some(ev)) => {
                 if matches!(ev.1, StreamEvent::Closed { .. }) {

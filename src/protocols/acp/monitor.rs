@@ -44,6 +44,9 @@ pub mod rules {
     ];
 }
 
+/// The most `session/update` notifications one case keeps for its checks.
+pub const MAX_KEPT_UPDATES: usize = 10_000;
+
 /// A rule the agent broke, with the requirement it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -378,7 +381,10 @@ impl Monitor {
             if let Some(session) = self.known_session(&params, &format!("a {kind} update")) {
                 self.check_update_timing(&session, &kind);
                 let update = params.get("update").cloned().unwrap_or(Value::Null);
-                self.updates.push((session, update, self.turns_ended));
+                // Bounded: a target that floods updates does not grow conform.
+                if self.updates.len() < MAX_KEPT_UPDATES {
+                    self.updates.push((session, update, self.turns_ended));
+                }
             }
         } else if let Some(m) = schema::schema().method(&method)
             && m.is_notification()

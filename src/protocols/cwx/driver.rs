@@ -19,6 +19,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The most notifications one case keeps for its checks.
+const MAX_KEPT_NOTIFICATIONS: usize = 10_000;
+
 /// "| `host/ping` | `PING_DEADLINE` (10 s) |": the default for any request.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// "| `host/initialize` | `HANDSHAKE_DEADLINE` (30 s) |"
@@ -180,7 +183,10 @@ impl Watch {
                 None
             }
             Ok(HostMessage::Notification { method, params }) => {
-                self.notifications.push((method, params));
+                // Bounded: a host that floods notifications does not grow conform.
+                if self.notifications.len() < MAX_KEPT_NOTIFICATIONS {
+                    self.notifications.push((method, params));
+                }
                 None
             }
             Ok(HostMessage::Request { id, method, params }) => Some((id, method, params)),
