@@ -309,6 +309,12 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         ([one], format) => report::render(one, format),
         (all, format) => report::matrix::render(all, format, with_list),
     };
+    let text = match args.format {
+        // JSON and JUnit escape what they carry; text formats would pass a
+        // target's NUL bytes and terminal escapes straight to a terminal.
+        Format::Human | Format::Markdown | Format::Html => report::printable(&text),
+        _ => text,
+    };
     match &args.output {
         Some(path) => std::fs::write(path, &text)
             .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,

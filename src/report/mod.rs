@@ -626,3 +626,18 @@ fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
         );
     }
 }
+
+/// `text` with every control character but newline and tab shown as its
+/// Unicode control picture (U+2400 block) or U+FFFD, so bytes a target
+/// wrote cannot act on the terminal or the page that shows a report.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+            '\u{7f}' => '\u{2421}',
+            '\u{80}'..='\u{9f}' => '\u{fffd}',
+            _ => c,
+        })
+        .collect()
+}

@@ -159,17 +159,31 @@ impl Spawned {
         self.stderr.lock().map(|t| t.describe()).unwrap_or_default()
     }
 
-    /// Ends the process group: SIGTERM, up to `grace` to exit, then SIGKILL
-    /// for whatever is left of the group, grandchildren included. Returns the
-    /// exit status and whether the leader outlived the grace.
+    /// Ends the process group: SIGTERM, up to `grace` for the whole group to
+    /// exit, then SIGKILL for whatever is left of it, grandchildren included.
+    /// Returns the exit status and whether anything of the group outlived
+    /// the grace.
     pub async fn shutdown(&mut self, grace: Duration) -> (Option<ExitStatus>, bool) {
         self.finished = true;
         drop(self.stdin.take());
         let group = Pid::from_raw(self.pid);
         let mut outlived = false;
-        if self.exit_status().is_none() {
+        if self.exit_status().is_none() || group_alive(self.pid) {
             let _ = killpg(group, Signal::SIGTERM);
-            outlived = self.wait_for_exit(grace).await.is_none();
+            // The grace is the group's, not only the leader's: a `sh -c`
+            // leader dies at once, and the target it started gets its time
+            // to clean up too.
+            let by = tokio::time::Instant::now() + grace;
+            loop {
+                if self.exit_status().is_some() && !group_alive(self.pid) {
+                    break;
+                }
+                if tokio::time::Instant::now() >= by {
+                    outlived = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         let _ = killpg(group, Signal::SIGKILL);
         let status = self.wait_for_exit(Duration::from_secs(5)).await;
