@@ -560,7 +560,7 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
     let Some(m) = &step.answered else {
         return Ok(());
     };
-    let Some((id, _, params)) = r
+    let Some((id, _, _)) = r
         .agent_requests
         .iter()
         .filter(|(_, method, _)| method == m)
@@ -571,7 +571,6 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
             step.nth
         )));
     };
-    let _ = params;
     let Some(answer) = r.answers.get(&id.to_string()) else {
         return Err(Why::Broken(format!(
             "the client never answered {m} (id {id})"
