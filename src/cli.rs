@@ -191,6 +191,7 @@ pub struct ReferenceArgs {
 /// Runs the command line and returns the process exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    crate::transport::process::adopt_orphans();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -209,6 +210,7 @@ pub fn main() -> i32 {
     });
     // Whatever a case left running is stopped with the runtime.
     runtime.shutdown_timeout(Duration::from_secs(2));
+    crate::transport::process::sweep();
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -952,7 +952,6 @@ fn a_target_behind_a_shell_gets_the_sigterm_grace() {
 }
 
 #[test]
-#[ignore = "conform bug: only the target's process group is ended, so a grandchild that calls setsid() outlives the run"]
 fn a_grandchild_that_leaves_the_process_group_is_not_left_behind() {
     if !can_run() {
         return;

@@ -1,9 +1,19 @@
 //! Spawned targets: their own process group, stdout and stderr captured into
-//! bounded buffers, and a shutdown ladder (SIGTERM to the group, a grace,
-//! SIGKILL to the group) that always reaps.
+//! bounded buffers, and a shutdown ladder (SIGTERM to the target, a grace,
+//! SIGKILL to the target) that always reaps.
+//!
+//! "The target" is every process it started, not only its process group: a
+//! daemonising child calls `setsid()` and leaves the group. conform is a
+//! child subreaper ([`adopt_orphans`]), so such a child, once its parent is
+//! gone, becomes conform's child instead of init's; and each target carries
+//! a token in its environment ([`TARGET_ID_ENV`]), which its descendants
+//! inherit. A process is the target's when it is in the target's group,
+//! descends from the target's first process, or carries its token.
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
+use std::collections::HashMap;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,9 +68,40 @@ pub enum Stdio3 {
     Pipes,
 }
 
+/// The environment variable that marks every process of one target:
+/// `<conform's pid>-<n>`, unique within a run.
+pub const TARGET_ID_ENV: &str = "CONFORM_TARGET_ID";
+
+/// Makes conform the reaper of its orphaned descendants (Linux), so that a
+/// target's daemonised child stays within reach until the target is ended.
+/// Without it (elsewhere, or if the kernel refuses), the environment token
+/// still finds such a child.
+pub fn adopt_orphans() {
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// Kills every process left that carries one of this conform's target
+/// tokens: the last step before conform exits, for a target that was never
+/// shut down (an interrupted run).
+pub fn sweep() {
+    let prefix = format!("{}-", std::process::id());
+    let left: Vec<i32> = processes()
+        .into_iter()
+        .filter(|p| p.live && p.token(|t| t.starts_with(&prefix)))
+        .map(|p| p.pid)
+        .collect();
+    for pid in &left {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    reap(&left);
+}
+
 /// A running target process.
 pub struct Spawned {
     pid: i32,
+    /// The value of [`TARGET_ID_ENV`] in its environment.
+    token: String,
     status: watch::Receiver<Option<ExitStatus>>,
     /// True once the stderr pipe reached its end.
     stderr_done: watch::Receiver<bool>,
@@ -78,11 +119,18 @@ pub fn spawn(
     env: &[(&str, &std::ffi::OsStr)],
     stdio: Stdio3,
 ) -> std::io::Result<Spawned> {
+    static SPAWNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let token = format!(
+        "{}-{}",
+        std::process::id(),
+        SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c").arg(command_line);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd.env(TARGET_ID_ENV, &token);
     cmd.process_group(0);
     cmd.stderr(Stdio::piped());
     match stdio {
@@ -117,6 +165,7 @@ pub fn spawn(
     });
     Ok(Spawned {
         pid,
+        token,
         status: rx,
         stderr_done,
         stderr,
@@ -159,23 +208,22 @@ impl Spawned {
         self.stderr.lock().map(|t| t.describe()).unwrap_or_default()
     }
 
-    /// Ends the process group: SIGTERM, up to `grace` for the whole group to
-    /// exit, then SIGKILL for whatever is left of it, grandchildren included.
-    /// Returns the exit status and whether anything of the group outlived
-    /// the grace.
+    /// Ends the target: SIGTERM to all of it, up to `grace` for all of it to
+    /// exit, then SIGKILL for whatever is left, grandchildren included, even
+    /// those that left the group. Returns the exit status and whether
+    /// anything of the target outlived the grace.
     pub async fn shutdown(&mut self, grace: Duration) -> (Option<ExitStatus>, bool) {
         self.finished = true;
         drop(self.stdin.take());
-        let group = Pid::from_raw(self.pid);
         let mut outlived = false;
-        if self.exit_status().is_none() || group_alive(self.pid) {
-            let _ = killpg(group, Signal::SIGTERM);
-            // The grace is the group's, not only the leader's: a `sh -c`
-            // leader dies at once, and the target it started gets its time
-            // to clean up too.
+        if self.exit_status().is_none() || !self.members().is_empty() {
+            self.signal(Signal::SIGTERM);
+            // The grace is the whole target's, not only the leader's: a
+            // `sh -c` leader dies at once, and the target it started gets its
+            // time to clean up too.
             let by = tokio::time::Instant::now() + grace;
             loop {
-                if self.exit_status().is_some() && !group_alive(self.pid) {
+                if self.exit_status().is_some() && self.members().is_empty() {
                     break;
                 }
                 if tokio::time::Instant::now() >= by {
@@ -185,14 +233,18 @@ impl Spawned {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        let _ = killpg(group, Signal::SIGKILL);
+        let mut killed = self.signal(Signal::SIGKILL);
         let status = self.wait_for_exit(Duration::from_secs(5)).await;
-        // The group's other members (a grandchild holding the pipes) die of
-        // the same SIGKILL, but not at once: wait, bounded, until none is
-        // left, so nothing of the target outlives the run.
+        // The other members (a grandchild holding the pipes) die of the same
+        // SIGKILL, but not at once: wait, bounded, until none is left, so
+        // nothing of the target outlives the run.
         let gone_by = tokio::time::Instant::now() + Duration::from_secs(2);
-        while group_alive(self.pid) && tokio::time::Instant::now() < gone_by {
-            let _ = killpg(group, Signal::SIGKILL);
+        loop {
+            reap(&killed);
+            if self.members().is_empty() || tokio::time::Instant::now() >= gone_by {
+                break;
+            }
+            killed.extend(self.signal(Signal::SIGKILL));
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // With every writer gone, the rest of its stderr is on the way:
@@ -200,6 +252,27 @@ impl Spawned {
         let mut done = self.stderr_done.clone();
         let _ = tokio::time::timeout(Duration::from_millis(500), done.wait_for(|d| *d)).await;
         (status, outlived)
+    }
+
+    /// Sends `signal` to the group and to every other live member; returns
+    /// the members outside the group it was sent to.
+    fn signal(&self, signal: Signal) -> Vec<i32> {
+        let _ = killpg(Pid::from_raw(self.pid), signal);
+        let outside: Vec<i32> = self
+            .members()
+            .into_iter()
+            .filter(|(_, pgrp)| *pgrp != self.pid)
+            .map(|(pid, _)| pid)
+            .collect();
+        for pid in &outside {
+            let _ = kill(Pid::from_raw(*pid), signal);
+        }
+        outside
+    }
+
+    /// The target's live processes (not zombies), with their groups.
+    fn members(&self) -> Vec<(i32, i32)> {
+        members(&processes(), self.pid, &self.token)
     }
 
     /// Waits up to `within` for the process to exit.
@@ -213,31 +286,114 @@ impl Spawned {
 impl Drop for Spawned {
     fn drop(&mut self) {
         if !self.finished && self.pid > 0 {
-            let _ = killpg(Pid::from_raw(self.pid), Signal::SIGKILL);
+            self.signal(Signal::SIGKILL);
         }
     }
 }
 
-/// Whether a process of group `pgid` is still running (not a zombie left
-/// for a parent, or for an init that does not reap, to collect). Reads
-/// `/proc`; elsewhere asks the kernel, which counts zombies too.
-fn group_alive(pgid: i32) -> bool {
+/// One line of the process table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Process {
+    pid: i32,
+    ppid: i32,
+    pgrp: i32,
+    /// Not a zombie (or dead) left for a parent to collect.
+    live: bool,
+}
+
+impl Process {
+    /// Whether its environment has a target token that `accept`s.
+    fn token(&self, accept: impl Fn(&str) -> bool) -> bool {
+        let Ok(environ) = std::fs::read(format!("/proc/{}/environ", self.pid)) else {
+            return false;
+        };
+        let key = format!("{TARGET_ID_ENV}=");
+        environ
+            .split(|b| *b == 0)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .filter_map(|v| v.strip_prefix(&key))
+            .any(accept)
+    }
+}
+
+/// The process table, from `/proc` (empty elsewhere: then only the group
+/// is signalled).
+fn processes() -> Vec<Process> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return killpg(Pid::from_raw(pgid), None).is_ok();
+        return Vec::new();
     };
-    dir.filter_map(Result::ok).any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != "Z" && state != "X"
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            parse_stat(pid, &std::fs::read_to_string(e.path().join("stat")).ok()?)
+        })
+        .collect()
+}
+
+/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid pgrp ...`, where comm
+/// may hold spaces and parentheses.
+fn parse_stat(pid: i32, stat: &str) -> Option<Process> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(Process {
+        pid,
+        ppid,
+        pgrp,
+        live: state != "Z" && state != "X",
     })
+}
+
+/// The live processes of the target whose first process is `leader` (and
+/// group `leader`): those in its group, and those descending from it or
+/// from one of conform's adopted orphans that carries its `token`. Only
+/// conform's own children have their environment read, so a scan costs
+/// about one read of each process's `stat`.
+fn members(table: &[Process], leader: i32, token: &str) -> Vec<(i32, i32)> {
+    let me = std::process::id() as i32;
+    let parents: HashMap<i32, i32> = table.iter().map(|p| (p.pid, p.ppid)).collect();
+    let roots: Vec<i32> = std::iter::once(leader)
+        .chain(
+            table
+                .iter()
+                .filter(|p| p.ppid == me && p.pid != leader && p.token(|t| t == token))
+                .map(|p| p.pid),
+        )
+        .collect();
+    let descends = |mut pid: i32| {
+        // Bounded: a chain is at most as long as the table.
+        for _ in 0..=table.len() {
+            if roots.contains(&pid) {
+                return true;
+            }
+            match parents.get(&pid) {
+                Some(&ppid) if ppid > 1 && ppid != pid && ppid != me => pid = ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    table
+        .iter()
+        .filter(|p| p.live && (p.pgrp == leader || descends(p.pid)))
+        .map(|p| (p.pid, p.pgrp))
+        .collect()
+}
+
+/// Collects those of `pids` that have become conform's zombies: orphans it
+/// adopted as a subreaper, then killed. None of them is a child tokio
+/// waits for (conform's own children lead their groups and are not
+/// signalled one by one).
+fn reap(pids: &[i32]) {
+    let me = std::process::id() as i32;
+    for &pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if parse_stat(pid, &stat).is_some_and(|p| !p.live && p.ppid == me) {
+            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+        }
+    }
 }
 
 /// Describes an exit status for a report.
@@ -253,5 +409,59 @@ pub fn describe_status(status: Option<ExitStatus>) -> String {
             ),
             _ => "ended".into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(pid: i32, ppid: i32, pgrp: i32) -> Process {
+        Process {
+            pid,
+            ppid,
+            pgrp,
+            live: true,
+        }
+    }
+
+    #[test]
+    fn stat_fields_are_read_after_the_last_parenthesis() {
+        let stat = "4242 (a (b) c) S 17 4242 4242 0 -1 4194560";
+        assert_eq!(parse_stat(4242, stat), Some(p(4242, 17, 4242)));
+        let zombie = parse_stat(9, "9 (x) Z 1 9 9").unwrap();
+        assert!(!zombie.live);
+        assert_eq!(parse_stat(9, "9 (x"), None);
+    }
+
+    #[test]
+    fn members_are_the_group_and_the_descendants_that_left_it() {
+        // 100 leads the target's group; 101 is in it; 102 called setsid()
+        // and 103 is its child; 200 is another process of the machine, and
+        // 104 a zombie of the target.
+        let mut zombie = p(104, 100, 100);
+        zombie.live = false;
+        let table = vec![
+            p(100, 1, 100),
+            p(101, 100, 100),
+            p(102, 101, 102),
+            p(103, 102, 102),
+            p(200, 1, 200),
+            zombie,
+        ];
+        let mut got: Vec<i32> = members(&table, 100, "no-such-token")
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![100, 101, 102, 103]);
+    }
+
+    #[test]
+    fn a_cycle_in_the_table_ends_the_walk() {
+        // A table read while processes come and go may be inconsistent.
+        let table = vec![p(300, 301, 300), p(301, 300, 301), p(100, 1, 100)];
+        let got = members(&table, 100, "no-such-token");
+        assert_eq!(got, vec![(100, 100)]);
     }
 }
