@@ -192,6 +192,7 @@ pub struct ReferenceArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     crate::transport::process::adopt_orphans();
+    crate::transport::process::return_large_frees();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

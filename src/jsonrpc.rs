@@ -194,11 +194,61 @@ pub fn is_compact_json(line: &[u8]) -> bool {
     true
 }
 
+/// The most JSON values conform parses in one message: a limit of its own,
+/// not any protocol's. A parsed value costs 32 bytes and more (an object's
+/// member about 100), so a message of 64 MiB that is nothing but `[0,0,...`
+/// would cost conform a gigabyte. A message over the limit is not judged:
+/// the case is conform's error, never the target's failure.
+pub const MAX_VALUES: usize = 1 << 18;
+
+/// When `bytes` may hold more than [`MAX_VALUES`] JSON values: what conform
+/// says about it. Counts the commas and the opening brackets outside
+/// strings, each of which starts a value, in one pass over the bytes; a
+/// message shorter than twice the limit cannot hold so many and is not
+/// scanned.
+pub fn too_many_values(bytes: &[u8]) -> Option<String> {
+    if bytes.len() < 2 * MAX_VALUES {
+        return None;
+    }
+    let mut values = 1usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' => values += 1,
+                _ => {}
+            }
+        }
+    }
+    (values > MAX_VALUES).then(|| {
+        format!(
+            "a message of {} bytes with about {values} JSON values, more than conform parses ({MAX_VALUES}, a limit of conform's own, not the protocol's); conform cannot judge it",
+            bytes.len()
+        )
+    })
+}
+
 /// Parses JSON text as the peers' parsers do where serde_json is stricter:
 /// an escaped lone surrogate (`"\ud800"`) is JSON by the grammar of RFC
 /// 8259, and Python's `json` (Vibe's reader) accepts it, so a line that
 /// carries one is read with every surrogate escape taken as U+FFFD.
+///
+/// A message over [`MAX_VALUES`] is an error without being parsed; callers
+/// that grade a target check [`too_many_values`] first, so it is reported as
+/// conform's limit rather than as the target's fault.
 pub fn parse_json(bytes: &[u8]) -> serde_json::Result<Value> {
+    if let Some(why) = too_many_values(bytes) {
+        return Err(<serde_json::Error as serde::de::Error>::custom(why));
+    }
     match serde_json::from_slice(bytes) {
         Err(e) if e.to_string().contains("surrogate") || e.to_string().contains("hex escape") => {
             serde_json::from_slice(&replace_surrogate_escapes(bytes))
@@ -334,6 +384,24 @@ mod tests {
         assert!(read_message(b"[1]").unwrap().is_array());
         assert!(read_message(br#"{"a":"}\"","id":2}"#).unwrap()["id"] == 2);
         assert!(read_message(b"{\"id\":").is_none());
+    }
+
+    #[test]
+    fn a_message_of_too_many_values_is_not_parsed() {
+        // An array of n zeros: n + 1 values.
+        let dense = |n: usize| format!("[{}0]", "0,".repeat(n - 1)).into_bytes();
+        // Exactly the limit parses; one more does not.
+        assert_eq!(too_many_values(&dense(MAX_VALUES - 1)), None);
+        assert!(parse_json(&dense(MAX_VALUES - 1)).is_ok());
+        let over = dense(MAX_VALUES);
+        let why = too_many_values(&over).unwrap();
+        assert!(why.contains("a limit of conform's own"), "{why}");
+        assert!(parse_json(&over).unwrap_err().to_string().contains(&why));
+        // Commas and brackets inside strings are no values, escaped quotes
+        // included.
+        let text = format!(r#"{{"s":"\"{}"}}"#, ",[{".repeat(MAX_VALUES));
+        assert_eq!(too_many_values(text.as_bytes()), None);
+        assert!(parse_json(text.as_bytes()).is_ok());
     }
 
     #[test]

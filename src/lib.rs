@@ -13,6 +13,7 @@ pub mod corpus;
 pub mod error;
 pub mod fuzz;
 pub mod jsonrpc;
+pub mod keep;
 pub mod matcher;
 pub mod outcome;
 pub mod peer;

@@ -81,6 +81,20 @@ pub fn adopt_orphans() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
+/// Makes every allocation of 256 KiB or more a mapping of its own (glibc),
+/// returned to the system when it is freed. glibc's default raises that
+/// threshold after each large free, up to 32 MiB, and keeps what is freed
+/// below it in per-thread arenas: a target's stream of large messages would
+/// leave conform holding several of them in freed memory.
+pub fn return_large_frees() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it is called once,
+    // at start, before conform allocates anything large.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 /// Kills every process left that carries one of this conform's target
 /// tokens: the last step before conform exits, for a target that was never
 /// shut down (an interrupted run).

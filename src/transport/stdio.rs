@@ -2,10 +2,12 @@
 //! or `CWX1` frames (cwx).
 //!
 //! A reader task feeds the child's stdout through a sans-IO decoder and
-//! hands whole messages to the driver over a small bounded channel, so
-//! conform holds at most a few messages of the limit at once whatever the
-//! child writes. Every wait has a deadline.
+//! hands whole messages to the driver over a small bounded channel. A big
+//! message takes the process's one big-message permit (`budget`), so
+//! conform holds few messages whatever the child writes. Every wait has a
+//! deadline, moved only by the reader's own waits for the permit.
 
+use super::budget::{self, Held, Meter, Stall};
 use super::process::{self, Spawned, Stdio3};
 use crate::wire::frame::FrameDecoder;
 use crate::wire::line::{LineDecoder, LineError};
@@ -16,25 +18,28 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// What the reader saw on the child's stdout.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum StreamEvent {
-    /// A whole line, newline stripped.
-    Line(Vec<u8>),
+    /// A whole line (newline stripped) or frame payload.
+    Line(Held),
     /// A line went over the limit; its bytes up to the next newline are dropped.
     TooLong { limit: usize },
     /// The stream broke (a bad frame header); nothing more is read from it.
     Broken(String),
     /// stdout closed; `partial` holds bytes of a last line with no newline.
-    Closed { partial: Vec<u8> },
+    Closed { partial: Held },
 }
 
-/// Lines queued between the reader and the driver at most.
-const QUEUE: usize = 8;
+/// Messages queued between the reader and the driver at most: small ones,
+/// as a big one holds the process's one permit.
+const QUEUE: usize = 4;
 
 pub struct LineStream {
     pub process: Spawned,
     stdin: Option<ChildStdin>,
     events: mpsc::Receiver<(Instant, StreamEvent)>,
+    /// The reader's waits for the big-message permit.
+    stall: std::sync::Arc<Stall>,
     closed: bool,
 }
 
@@ -69,11 +74,14 @@ impl LineStream {
             .take()
             .ok_or_else(|| std::io::Error::other("the child has no stdout pipe"))?;
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(read_messages(stdout, decoder, tx));
+        let meter = Meter::new();
+        let stall = meter.stall();
+        tokio::spawn(read_messages(stdout, decoder, meter, tx));
         Ok(LineStream {
             process,
             stdin,
             events: rx,
+            stall,
             closed: false,
         })
     }
@@ -104,17 +112,29 @@ impl LineStream {
     }
 
     /// The next event, or `None` when `until` passes first. After `Closed`
-    /// every call returns `None` at once.
+    /// every call returns `None` at once. `until` moves by the time the
+    /// reader spent waiting for the big-message permit meanwhile.
     pub async fn next(&mut self, until: Instant) -> Option<(Instant, StreamEvent)> {
         if self.closed {
             return None;
         }
+        let mut until = until;
+        let mut seen = self.stall.waited(Instant::now());
         // timeout_at polls a ready channel even past its deadline: a target
         // that keeps writing would stretch every wait without end.
         if Instant::now() >= until {
             return None;
         }
-        match tokio::time::timeout_at(until, self.events.recv()).await {
+        let received = loop {
+            match tokio::time::timeout_at(until, self.events.recv()).await {
+                Ok(r) => break Ok(r),
+                Err(e) => match budget::extend(until, &self.stall, &mut seen) {
+                    Some(later) => until = later,
+                    None => break Err(e),
+                },
+            }
+        };
+        match received {
             Ok(Some(ev)) => {
                 if matches!(ev.1, StreamEvent::Closed { .. }) {
                     self.closed = true;
@@ -126,7 +146,7 @@ impl LineStream {
                 Some((
                     Instant::now(),
                     StreamEvent::Closed {
-                        partial: Vec::new(),
+                        partial: Held::unmetered(Vec::new()),
                     },
                 ))
             }
@@ -141,44 +161,55 @@ impl LineStream {
 
 /// A sans-IO decoder of a child's output: lines or frames.
 trait Decoder: Send {
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>);
-    fn partial(&self) -> Vec<u8>;
+    /// Feeds `input`: bytes used, and a whole message or an error.
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>);
+    /// Takes the bytes of the unfinished message, at the end of the stream.
+    fn take_partial(&mut self) -> Vec<u8>;
+    /// Bytes of the unfinished message held.
+    fn pending_len(&self) -> usize;
 }
 
 impl Decoder for LineDecoder {
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>) {
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>) {
         let (used, out) = self.feed(input);
-        let event = out.map(|r| match r {
-            Ok(line) => StreamEvent::Line(line),
-            Err(LineError::TooLong { limit }) => StreamEvent::TooLong { limit },
+        let event = out.map(|r| {
+            r.map_err(|e| match e {
+                LineError::TooLong { limit } => StreamEvent::TooLong { limit },
+            })
         });
         (used, event)
     }
 
-    fn partial(&self) -> Vec<u8> {
-        self.pending().to_vec()
+    fn take_partial(&mut self) -> Vec<u8> {
+        self.take_pending()
+    }
+
+    fn pending_len(&self) -> usize {
+        self.pending().len()
     }
 }
 
 impl Decoder for FrameDecoder {
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<StreamEvent>) {
+    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>) {
         let (used, out) = self.feed(input);
-        let event = out.map(|r| match r {
-            Ok(payload) => StreamEvent::Line(payload),
-            Err(e) => StreamEvent::Broken(e.to_string()),
-        });
+        let event = out.map(|r| r.map_err(|e| StreamEvent::Broken(e.to_string())));
         (used, event)
     }
 
-    fn partial(&self) -> Vec<u8> {
+    fn take_partial(&mut self) -> Vec<u8> {
         // Only its length matters for a report: an unfinished frame.
         vec![0; self.pending_len()]
+    }
+
+    fn pending_len(&self) -> usize {
+        FrameDecoder::pending_len(self)
     }
 }
 
 async fn read_messages(
     mut stdout: tokio::process::ChildStdout,
     mut decoder: Box<dyn Decoder>,
+    mut meter: Meter,
     tx: mpsc::Sender<(Instant, StreamEvent)>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -192,8 +223,9 @@ async fn read_messages(
             let partial = if broken {
                 Vec::new()
             } else {
-                decoder.partial()
+                decoder.take_partial()
             };
+            let partial = meter.finish(partial);
             let _ = tx
                 .send((Instant::now(), StreamEvent::Closed { partial }))
                 .await;
@@ -204,12 +236,19 @@ async fn read_messages(
         if broken {
             continue;
         }
+        // The permit first, if these bytes may make the message big.
+        meter.hold(decoder.pending_len() + n).await;
         let mut input = &buf[..n];
         while !input.is_empty() {
             let (used, out) = decoder.feed_event(input);
             input = &input[used..];
-            let Some(event) = out else { continue };
+            let event = match out {
+                None => continue,
+                Some(Ok(message)) => StreamEvent::Line(meter.finish(message)),
+                Some(Err(e)) => e,
+            };
             broken = matches!(event, StreamEvent::Broken(_));
+            meter.settle(if broken { 0 } else { decoder.pending_len() });
             if tx.send((Instant::now(), event)).await.is_err() {
                 return;
             }

@@ -1,6 +1,7 @@
 //! One-shot exchanges over a Unix socket: connect, write a request, read one
 //! reply line, bounded in size and time.
 
+use super::budget::{self, Held, Meter};
 use crate::wire::{LineDecoder, LineError};
 use std::path::Path;
 use std::time::Duration;
@@ -13,15 +14,15 @@ use tokio::time::{Instant, timeout_at};
 pub enum ReadOutcome {
     /// A whole line (newline stripped) and whatever bytes came after it in
     /// the same reads.
-    Line { line: Vec<u8>, after: Vec<u8> },
+    Line { line: Held, after: Vec<u8> },
     /// The peer closed before a newline; `partial` is what it sent.
-    Closed { partial: Vec<u8> },
+    Closed { partial: Held },
     /// The line grew past the limit.
     TooLong { limit: usize },
     /// The deadline passed first; `partial` is what had arrived.
-    TimedOut { partial: Vec<u8> },
+    TimedOut { partial: Held },
     /// The socket failed (reset by the peer, ...).
-    Failed { error: String, partial: Vec<u8> },
+    Failed { error: String, partial: Held },
 }
 
 /// Connects within `within`.
@@ -50,9 +51,15 @@ pub async fn write_all(
     }
 }
 
-/// Reads one line of at most `limit` bytes before `deadline`.
+/// Reads one line of at most `limit` bytes before `deadline`. A big line
+/// waits for the process's big-message permit (`budget`); the deadline moves
+/// by that wait, which is conform's, not the target's.
 pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant) -> ReadOutcome {
     let mut decoder = LineDecoder::new(limit);
+    let mut meter = Meter::new();
+    let stall = meter.stall();
+    let mut seen = Duration::ZERO;
+    let mut deadline = deadline;
     // Read into spare capacity: a connection costs no zeroed buffer.
     let mut chunk: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
@@ -60,27 +67,31 @@ pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant)
         let n = match timeout_at(deadline, stream.read_buf(&mut chunk)).await {
             Err(_) => {
                 return ReadOutcome::TimedOut {
-                    partial: decoder.pending().to_vec(),
+                    partial: meter.finish(decoder.take_pending()),
                 };
             }
             Ok(Err(e)) => {
                 return ReadOutcome::Failed {
                     error: e.to_string(),
-                    partial: decoder.pending().to_vec(),
+                    partial: meter.finish(decoder.take_pending()),
                 };
             }
             Ok(Ok(0)) => {
                 return ReadOutcome::Closed {
-                    partial: decoder.pending().to_vec(),
+                    partial: meter.finish(decoder.take_pending()),
                 };
             }
             Ok(Ok(n)) => n,
         };
+        meter.hold(decoder.pending().len() + n).await;
+        if let Some(later) = budget::extend(deadline, &stall, &mut seen) {
+            deadline = later;
+        }
         let (used, item) = decoder.feed(&chunk[..n]);
         match item {
             Some(Ok(line)) => {
                 return ReadOutcome::Line {
-                    line,
+                    line: meter.finish(line),
                     after: chunk[used..n].to_vec(),
                 };
             }

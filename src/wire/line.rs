@@ -55,6 +55,11 @@ impl LineDecoder {
         &self.buf
     }
 
+    /// Takes the bytes of the unfinished line (at the end of a stream).
+    pub fn take_pending(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// Feeds `input` and returns how many of its bytes were consumed and what
     /// came of them: a whole line (newline stripped), an error, or nothing yet
     /// (all bytes consumed). Call again with the rest of `input` after a line.
@@ -72,7 +77,8 @@ impl LineDecoder {
                 let take = newline.unwrap_or(input.len());
                 // The limit is checked before the bytes are kept.
                 if self.buf.len() + take > self.max_len {
-                    self.buf.clear();
+                    // Its memory goes back too, not only its length.
+                    self.buf = Vec::new();
                     self.state = State::Discarding;
                     let consumed = match newline {
                         Some(i) => {

@@ -215,6 +215,9 @@ async fn exchange(
                 ));
             }
             Some((_, StreamEvent::Line(line))) => {
+                if let Some(why) = crate::jsonrpc::too_many_values(&line) {
+                    return Err(format!("the agent wrote {why}"));
+                }
                 if let Incoming::Response {
                     key: k, outcome, ..
                 } = monitor.received(&line)
@@ -409,7 +412,17 @@ impl CaseRun<'_> {
                 return done(self);
             };
             match event {
-                StreamEvent::Line(line) => self.handle_line(&line, until).await,
+                StreamEvent::Line(line) => {
+                    if let Some(why) = crate::jsonrpc::too_many_values(&line) {
+                        self.log(
+                            Direction::Event,
+                            b"a message over conform's limit was dropped",
+                        );
+                        self.conform_error = Some(format!("the agent wrote {why}"));
+                        return false;
+                    }
+                    self.handle_line(&line, until).await
+                }
                 StreamEvent::TooLong { limit } => {
                     self.log(Direction::Event, b"a line over conform's limit was dropped");
                     self.conform_error = Some(format!(
@@ -1190,6 +1203,7 @@ impl CaseRun<'_> {
                 if let Some(why) = &self.skip {
                     lines.push(format!("(the case then stopped: {why})"));
                 }
+                lines.extend(self.monitor.kept.note());
                 if self.ended_early {
                     let stderr = self.stream.process.stderr_tail();
                     if !stderr.trim().is_empty() {

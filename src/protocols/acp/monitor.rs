@@ -8,6 +8,7 @@
 
 use super::schema::{self, Side};
 use super::table;
+use crate::keep::Keep;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -43,9 +44,6 @@ pub mod rules {
         RESUME_NO_REPLAY,
     ];
 }
-
-/// The most `session/update` notifications one case keeps for its checks.
-pub const MAX_KEPT_UPDATES: usize = 10_000;
 
 /// A rule the agent broke, with the requirement it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +116,14 @@ pub struct Monitor {
     sessions: BTreeMap<String, SessionState>,
     /// Session ids in the order `session/new` returned them.
     pub new_session_ids: Vec<String>,
+    /// The agent's requests, kept within `kept`.
     pub agent_requests: Vec<AgentRequest>,
-    /// Every session update received: (session id, update, turn count).
+    /// The session updates received, kept within `kept`: (session id,
+    /// update, turn count).
     pub updates: Vec<(String, Value, usize)>,
+    /// The account of what `agent_requests` and `updates` keep: a target
+    /// that floods them does not grow conform.
+    pub kept: Keep,
     /// Turn responses received so far.
     pub turns_ended: usize,
     pub violations: Vec<Violation>,
@@ -360,12 +363,14 @@ impl Monitor {
             }
         }
         self.known_session(&params, &what);
-        self.agent_requests.push(AgentRequest {
-            id: id.clone(),
-            method: method.clone(),
-            params: params.clone(),
-            turn: self.turns_ended,
-        });
+        if let Some(kept) = self.kept.admit(params.clone()) {
+            self.agent_requests.push(AgentRequest {
+                id: id.clone(),
+                method: method.clone(),
+                params: kept,
+                turn: self.turns_ended,
+            });
+        }
         Incoming::Request { id, method, params }
     }
 
@@ -381,8 +386,7 @@ impl Monitor {
             if let Some(session) = self.known_session(&params, &format!("a {kind} update")) {
                 self.check_update_timing(&session, &kind);
                 let update = params.get("update").cloned().unwrap_or(Value::Null);
-                // Bounded: a target that floods updates does not grow conform.
-                if self.updates.len() < MAX_KEPT_UPDATES {
+                if let Some(update) = self.kept.admit(update) {
                     self.updates.push((session, update, self.turns_ended));
                 }
             }

@@ -10,6 +10,7 @@ use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{
     CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
 };
+use crate::transport::budget::Held;
 use crate::transport::process::describe_status;
 use crate::transport::unix::{self, ReadOutcome};
 use serde_json::{Value, json};
@@ -126,25 +127,28 @@ impl Session {
                 Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
                 Err(e) => ReadOutcome::Failed {
                     error: e.to_string(),
-                    partial: vec![],
+                    partial: Held::unmetered(Vec::new()),
                 },
             },
             Err(e) => ReadOutcome::Failed {
                 error: format!("cannot connect: {e}"),
-                partial: vec![],
+                partial: Held::unmetered(Vec::new()),
             },
         };
         let result = match &outcome {
-            ReadOutcome::Line { line, .. } => match jsonrpc::classify_reply(line) {
-                Ok(Reply {
-                    kind: ReplyKind::Result(r),
-                    ..
-                }) if r.is_object() => Ok(r),
-                Ok(r) => Err(format!(
-                    "the handshake was not answered with a result object: {}",
-                    describe_kind(&r.kind)
-                )),
-                Err(e) => Err(e.to_string()),
+            ReadOutcome::Line { line, .. } => match jsonrpc::too_many_values(line) {
+                Some(why) => Err(format!("the reply is {why}")),
+                None => match jsonrpc::classify_reply(line) {
+                    Ok(Reply {
+                        kind: ReplyKind::Result(r),
+                        ..
+                    }) if r.is_object() => Ok(r),
+                    Ok(r) => Err(format!(
+                        "the handshake was not answered with a result object: {}",
+                        describe_kind(&r.kind)
+                    )),
+                    Err(e) => Err(e.to_string()),
+                },
             },
             other => Err(describe_failed_read(other, table::REQUEST_TIMEOUT_SECONDS)),
         };
@@ -579,7 +583,7 @@ impl CaseRun<'_> {
                         deadline_why,
                         outcome: ReadOutcome::Failed {
                             error: format!("cannot connect to {}: {e}", socket.display()),
-                            partial: vec![],
+                            partial: Held::unmetered(Vec::new()),
                         },
                         rest: None,
                         raw_id,
@@ -605,7 +609,7 @@ impl CaseRun<'_> {
             let outcome = match written {
                 Err(e) => ReadOutcome::Failed {
                     error: format!("writing the request failed: {e}"),
-                    partial: vec![],
+                    partial: Held::unmetered(Vec::new()),
                 },
                 Ok(()) if close => {
                     log(
@@ -615,15 +619,21 @@ impl CaseRun<'_> {
                         Direction::Event,
                         b"conform closed the connection",
                     );
-                    ReadOutcome::Closed { partial: vec![] }
+                    ReadOutcome::Closed {
+                        partial: Held::unmetered(Vec::new()),
+                    }
                 }
                 Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
             };
             let mut rest = None;
             match &outcome {
                 ReadOutcome::Line { line, after } => {
-                    let mut shown = line.clone();
-                    shown.push(b'\n');
+                    // The transcript keeps the start of a line only: no
+                    // copy of a whole reply of up to 64 MiB.
+                    let mut shown = line[..line.len().min(TRANSCRIPT_ENTRY_LIMIT * 4 + 4)].to_vec();
+                    if shown.len() == line.len() {
+                        shown.push(b'\n');
+                    }
                     log(&transcript, started, &name, Direction::Received, &shown);
                     if want_rest {
                         let mut r = after.clone();
@@ -844,6 +854,10 @@ impl CaseRun<'_> {
                 "{what}: expected no reply, got {}",
                 truncate(&String::from_utf8_lossy(line), 200)
             ));
+            return;
+        }
+        if let Some(why) = jsonrpc::too_many_values(line) {
+            self.conform_error = Some(format!("{what}: the reply is {why}"));
             return;
         }
         let reply = match jsonrpc::classify_reply(line) {

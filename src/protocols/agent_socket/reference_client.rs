@@ -209,11 +209,14 @@ async fn exchange(socket: &Path, line: &[u8], wait: f64) -> Result<Vec<u8>, Fail
         .await
         .map_err(|e| Failure::Connection(format!("cannot send: {e}")))?;
     match unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await {
-        ReadOutcome::Line { mut line, .. } => {
+        ReadOutcome::Line { line, .. } => {
+            let mut line = line.into_vec();
             line.push(b'\n');
             Ok(line)
         }
-        ReadOutcome::Closed { partial } | ReadOutcome::Failed { partial, .. } => Ok(partial),
+        ReadOutcome::Closed { partial } | ReadOutcome::Failed { partial, .. } => {
+            Ok(partial.into_vec())
+        }
         ReadOutcome::TooLong { limit } => Err(Failure::Malformed(format!(
             "the reply is longer than {limit} bytes"
         ))),

@@ -310,7 +310,8 @@ async fn answer(
 ) {
     let (line, after) =
         match unix::read_line(&mut stream, scripted::REQUEST_LIMIT_BYTES, deadline).await {
-            ReadOutcome::Line { mut line, after } => {
+            ReadOutcome::Line { line, after } => {
+                let mut line = line.into_vec();
                 line.push(b'\n');
                 (line, after)
             }
@@ -325,7 +326,7 @@ async fn answer(
                 record.log(conn, Direction::Received, &partial);
                 let ms = record.ms();
                 record.update(conn, |e| {
-                    e.line = partial;
+                    e.line = partial.into_vec();
                     e.request_ms = Some(ms);
                     e.closed_ms = Some(ms);
                 });
@@ -333,7 +334,7 @@ async fn answer(
             }
             ReadOutcome::TimedOut { partial } => {
                 record.log(conn, Direction::Received, &partial);
-                record.update(conn, |e| e.line = partial);
+                record.update(conn, |e| e.line = partial.into_vec());
                 return;
             }
         };

@@ -7,6 +7,7 @@ use super::steps::{AnswerRule, Config, Expect, NamedCheck, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::{Case, Level};
+use crate::keep::Keep;
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{
     CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
@@ -18,9 +19,6 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The most notifications one case keeps for its checks.
-const MAX_KEPT_NOTIFICATIONS: usize = 10_000;
 
 /// "| `host/ping` | `PING_DEADLINE` (10 s) |": the default for any request.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
@@ -75,8 +73,11 @@ struct Watch {
     /// Requests conform sent: id -> method.
     outstanding: BTreeMap<u64, String>,
     answers: HashMap<u64, Result<Value, Value>>,
-    /// Host messages by method, in order.
+    /// Host messages by method, in order, kept within `kept`.
     notifications: Vec<(String, Value)>,
+    /// The account of what `notifications` keeps: a host that floods them
+    /// does not grow conform.
+    kept: Keep,
     violations: Vec<(String, String)>,
     /// Ids of raw messages conform sent that no core would (not a u64, or
     /// null for a payload whose id it cannot read): the host may echo them,
@@ -183,8 +184,7 @@ impl Watch {
                 None
             }
             Ok(HostMessage::Notification { method, params }) => {
-                // Bounded: a host that floods notifications does not grow conform.
-                if self.notifications.len() < MAX_KEPT_NOTIFICATIONS {
+                if let Some(params) = self.kept.admit(params) {
                     self.notifications.push((method, params));
                 }
                 None
@@ -372,6 +372,14 @@ impl CaseRun<'_> {
             };
             match event {
                 StreamEvent::Line(payload) => {
+                    if let Some(why) = crate::jsonrpc::too_many_values(&payload) {
+                        self.log(
+                            Direction::Event,
+                            b"a message over conform's limit was dropped",
+                        );
+                        self.conform_error = Some(format!("the host wrote {why}"));
+                        return false;
+                    }
                     self.log(Direction::Received, &payload);
                     if let Some((id, method, params)) = self.watch.received(&payload) {
                         let answer = self.answer_host(&method, &params);
@@ -801,6 +809,7 @@ impl CaseRun<'_> {
             Outcome::Skip => self.skip.clone().unwrap_or_default(),
             Outcome::Info if lines.is_empty() => self.observations.join("; "),
             _ => {
+                lines.extend(self.watch.kept.note());
                 if ended_early {
                     let stderr = self.stream.process.stderr_tail();
                     if !stderr.trim().is_empty() {
