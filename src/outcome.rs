@@ -99,6 +99,23 @@ pub const TRANSCRIPT_ENTRY_LIMIT: usize = 2048;
 /// The most entries one case's transcript keeps.
 pub const TRANSCRIPT_ENTRIES: usize = 400;
 
+/// `data` as a transcript entry shows it: text (lossy), cut at
+/// [`TRANSCRIPT_ENTRY_LIMIT`] bytes with the length it had. Only the start
+/// of a long message is read: no copy of a whole line of 64 MiB.
+pub fn transcript_text(data: &[u8]) -> String {
+    // Lossy text is at least as long as its bytes: this start is enough.
+    const READ: usize = TRANSCRIPT_ENTRY_LIMIT * 4 + 4;
+    if data.len() <= READ {
+        return crate::matcher::truncate(&String::from_utf8_lossy(data), TRANSCRIPT_ENTRY_LIMIT);
+    }
+    let text = String::from_utf8_lossy(&data[..READ]);
+    let mut end = TRANSCRIPT_ENTRY_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], data.len())
+}
+
 /// The record of one case.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
@@ -340,6 +357,27 @@ impl RunReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transcript_shows_the_start_of_a_long_message_and_its_length() {
+        assert_eq!(transcript_text(b"{}\n"), "{}\n");
+        let long = vec![b'x'; 64 << 20];
+        let shown = transcript_text(&long);
+        assert_eq!(
+            shown,
+            format!(
+                "{}… ({} bytes)",
+                "x".repeat(TRANSCRIPT_ENTRY_LIMIT),
+                64 << 20
+            )
+        );
+        // Invalid bytes show as U+FFFD, cut at a character boundary.
+        let bad = vec![0xffu8; 1 << 20];
+        let shown = transcript_text(&bad);
+        assert!(shown.starts_with('\u{fffd}'));
+        assert!(shown.ends_with(&format!("… ({} bytes)", 1 << 20)));
+        assert!(shown.len() <= TRANSCRIPT_ENTRY_LIMIT + 32);
+    }
 
     #[test]
     fn grades_follow_the_level() {

@@ -95,15 +95,24 @@ pub fn return_large_frees() {
     }
 }
 
-/// Kills every process left that carries one of this conform's target
-/// tokens: the last step before conform exits, for a target that was never
-/// shut down (an interrupted run).
+/// Kills every process of a target still left, the last step before
+/// conform exits: those that carry one of this conform's target tokens,
+/// the orphans it adopted (each target has been ended by now, so any child
+/// left is one), and their descendants. For a target that was never shut
+/// down (an interrupted run), or a process that cleared its environment.
 pub fn sweep() {
-    let prefix = format!("{}-", std::process::id());
-    let left: Vec<i32> = processes()
-        .into_iter()
-        .filter(|p| p.live && p.token(|t| t.starts_with(&prefix)))
+    let me = std::process::id() as i32;
+    let prefix = format!("{me}-");
+    let table = processes();
+    let roots: Vec<i32> = table
+        .iter()
+        .filter(|p| p.live && (p.ppid == me || p.token(|t| t.starts_with(&prefix))))
         .map(|p| p.pid)
+        .collect();
+    let left: Vec<i32> = roots
+        .iter()
+        .flat_map(|root| members(&table, *root, ""))
+        .map(|(pid, _)| pid)
         .collect();
     for pid in &left {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);

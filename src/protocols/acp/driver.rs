@@ -9,9 +9,7 @@ use super::steps::{AnswerRule, Config, Expect, NamedCheck, Permission, Setup, St
 use super::table;
 use crate::case::{Case, Level};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{
-    CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
-};
+use crate::outcome::{CaseResult, Direction, Outcome, SkipKind, TranscriptEntry};
 use crate::requirements::Catalogue;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
@@ -368,7 +366,7 @@ impl CaseRun<'_> {
             t_ms: self.started.elapsed().as_millis() as u64,
             conn: "stdio".into(),
             dir,
-            data: truncate(&String::from_utf8_lossy(data), TRANSCRIPT_ENTRY_LIMIT),
+            data: crate::outcome::transcript_text(data),
         });
     }
 

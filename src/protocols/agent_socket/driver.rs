@@ -416,13 +416,11 @@ fn log(
     dir: Direction,
     data: &[u8],
 ) {
-    // Only the start is kept: at most 4 bytes a character.
-    let text = String::from_utf8_lossy(&data[..data.len().min(TRANSCRIPT_ENTRY_LIMIT * 4 + 4)]);
     let entry = TranscriptEntry {
         t_ms: started.elapsed().as_millis() as u64,
         conn: conn.to_owned(),
         dir,
-        data: truncate(&text, TRANSCRIPT_ENTRY_LIMIT),
+        data: crate::outcome::transcript_text(data),
     };
     if let Ok(mut t) = transcript.lock() {
         // A case's transcript is bounded too.
@@ -628,13 +626,14 @@ impl CaseRun<'_> {
             let mut rest = None;
             match &outcome {
                 ReadOutcome::Line { line, after } => {
-                    // The transcript keeps the start of a line only: no
-                    // copy of a whole reply of up to 64 MiB.
-                    let mut shown = line[..line.len().min(TRANSCRIPT_ENTRY_LIMIT * 4 + 4)].to_vec();
-                    if shown.len() == line.len() {
-                        shown.push(b'\n');
+                    // The newline shows where a line is short enough to
+                    // be shown whole; a long one is not copied.
+                    if line.len() <= TRANSCRIPT_ENTRY_LIMIT {
+                        let shown = [&line[..], b"\n"].concat();
+                        log(&transcript, started, &name, Direction::Received, &shown);
+                    } else {
+                        log(&transcript, started, &name, Direction::Received, line);
                     }
-                    log(&transcript, started, &name, Direction::Received, &shown);
                     if want_rest {
                         let mut r = after.clone();
                         r.extend(unix::read_rest(&mut stream, AFTER_REPLY_WINDOW, 64 * 1024).await);

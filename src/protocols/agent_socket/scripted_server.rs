@@ -7,10 +7,8 @@ use super::scripted::{self, ClientConfig, ClientEnd, ClientStep, Exchange, Obser
 use super::{reference, reference_client};
 use crate::case::Case;
 use crate::error::RunError;
-use crate::matcher::{shell_quote, truncate};
-use crate::outcome::{
-    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
-};
+use crate::matcher::shell_quote;
+use crate::outcome::{CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TranscriptEntry};
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
@@ -97,7 +95,7 @@ impl Record {
             t_ms: self.ms(),
             conn,
             dir,
-            data: truncate(&String::from_utf8_lossy(bytes), TRANSCRIPT_ENTRY_LIMIT),
+            data: crate::outcome::transcript_text(bytes),
         };
         if let Ok(mut t) = self.transcript.lock()
             && t.len() < TRANSCRIPT_ENTRIES

@@ -377,7 +377,7 @@ async fn send(stream: &mut LineStream, msg: &Value) -> Result<(), String> {
 async fn next(stream: &mut LineStream, until: Instant) -> Result<Option<Value>, String> {
     match stream.next(until).await {
         None => Ok(None),
-        Some((_, StreamEvent::Line(payload))) => serde_json::from_slice(&payload)
+        Some((_, StreamEvent::Line(payload))) => crate::jsonrpc::parse_json(&payload)
             .map(Some)
             .map_err(|e| format!("protocol error: a payload that is not JSON ({e})")),
         Some((_, StreamEvent::Closed { .. })) => Err("the host closed its stdout".into()),

@@ -165,7 +165,7 @@ impl ScriptedHost {
     /// The messages to write for one payload from the core, and whether to
     /// write the broken frame after them.
     pub fn handle(&mut self, payload: &[u8]) -> (Vec<Value>, bool) {
-        let method = serde_json::from_slice::<Value>(payload)
+        let method = crate::jsonrpc::parse_json(payload)
             .ok()
             .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_owned));
         if self.script.silent_tool_call && method.as_deref() == Some("tool/call") {
