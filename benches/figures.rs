@@ -92,6 +92,12 @@ async fn raw_exchange(socket: &Path, line: &[u8]) {
 }
 
 async fn agent_socket_overhead(n: usize, rounds: usize) -> (f64, f64) {
+    agent_socket_sides(n, rounds, true, true).await
+}
+
+/// conform's exchanges (`ours`) and the raw client's (`raw`), each side
+/// measured only when asked for.
+async fn agent_socket_sides(n: usize, rounds: usize, ours_on: bool, raw_on: bool) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let socket = dir.path().join("agent.sock");
     let (task, running) = agent_socket::start_reference(&socket, dir.path())
@@ -109,13 +115,13 @@ async fn agent_socket_overhead(n: usize, rounds: usize) -> (f64, f64) {
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let t = Instant::now();
-        for _ in 0..n {
+        for _ in 0..if ours_on { n } else { 0 } {
             let r = session.run_case(&case).await;
             assert_eq!(r.outcome, conform::outcome::Outcome::Pass, "{}", r.message);
         }
         ours.push(t.elapsed().as_secs_f64() / n as f64);
         let t = Instant::now();
-        for _ in 0..n {
+        for _ in 0..if raw_on { n } else { 0 } {
             raw_exchange(&socket, line).await;
         }
         raw.push(t.elapsed().as_secs_f64() / n as f64);
@@ -219,7 +225,22 @@ fn timed(bin: &Path, args: &[&str]) -> (f64, Option<u64>, String) {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; a filter argument is not used.
+    // `cargo bench` passes --bench; `-- overhead` measures figure 1 only
+    // (to compare two builds quickly). `-- callgrind ours|raw|none` makes
+    // 200 agent-socket exchanges of one side (or none: the set-up alone) on
+    // one thread, to count instructions under `valgrind --tool=callgrind`.
+    let args: Vec<String> = std::env::args().collect();
+    let only_overhead = args.iter().any(|a| a == "overhead");
+    if let Some(i) = args.iter().position(|a| a == "callgrind") {
+        let side = args.get(i + 1).map_or("ours", String::as_str);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (ours, raw) = rt.block_on(agent_socket_sides(200, 1, side == "ours", side == "raw"));
+        println!("agent-socket, 200 exchanges ({side}): conform {ours:.6} s, raw {raw:.6} s");
+        return;
+    }
     println!("machine: {}", machine());
     let bin = binary();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -249,6 +270,10 @@ fn main() {
         raw * 1e3,
         ours / raw
     );
+
+    if only_overhead {
+        return;
+    }
 
     println!("\n2. suite time against the builtin references (wall, seconds)");
     let mut memory = Vec::new();

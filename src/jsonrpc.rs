@@ -173,9 +173,15 @@ fn same_id(a: &Value, b: &Value) -> bool {
 /// True when `line` is JSON written without insignificant whitespace, the way
 /// `json.dumps(..., separators=(",", ":"))` writes it.
 pub fn is_compact_json(line: &[u8]) -> bool {
+    !outside_strings(line).any(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+}
+
+/// The bytes of JSON text outside its strings (their opening quotes
+/// included), in order.
+fn outside_strings(text: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut in_string = false;
     let mut escaped = false;
-    for &b in line {
+    text.iter().copied().filter(move |&b| {
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -183,15 +189,12 @@ pub fn is_compact_json(line: &[u8]) -> bool {
                 (false, b'"') => in_string = false,
                 _ => {}
             }
+            false
         } else {
-            match b {
-                b'"' => in_string = true,
-                b' ' | b'\t' | b'\r' | b'\n' => return false,
-                _ => {}
-            }
+            in_string = b == b'"';
+            true
         }
-    }
-    true
+    })
 }
 
 /// The most JSON values conform parses in one message: a limit of its own,
@@ -210,25 +213,9 @@ pub fn too_many_values(bytes: &[u8]) -> Option<String> {
     if bytes.len() < 2 * MAX_VALUES {
         return None;
     }
-    let mut values = 1usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b',' | b'[' | b'{' => values += 1,
-                _ => {}
-            }
-        }
-    }
+    let values = 1 + outside_strings(bytes)
+        .filter(|b| matches!(b, b',' | b'[' | b'{'))
+        .count();
     (values > MAX_VALUES).then(|| {
         format!(
             "a message of {} bytes with about {values} JSON values, more than conform parses ({MAX_VALUES}, a limit of conform's own, not the protocol's); conform cannot judge it",

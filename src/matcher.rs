@@ -387,10 +387,42 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// A value shortened for a message.
+/// A value shortened for a message, as `truncate` would shorten it, without
+/// a copy of the whole of a large value: only its start is kept, the rest
+/// counted.
 pub fn brief(v: &Value) -> String {
-    let s = v.to_string();
-    truncate(&s, 120)
+    const MAX: usize = 120;
+    /// Keeps the first bytes written (enough for `MAX` and a character
+    /// across it) and counts all of them.
+    struct Start {
+        kept: Vec<u8>,
+        total: usize,
+    }
+    impl std::io::Write for Start {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = (MAX + 4).saturating_sub(self.kept.len());
+            self.kept.extend_from_slice(&buf[..buf.len().min(room)]);
+            self.total += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut start = Start {
+        kept: Vec::new(),
+        total: 0,
+    };
+    let _ = serde_json::to_writer(&mut start, v);
+    let text = String::from_utf8_lossy(&start.kept);
+    if start.total <= MAX {
+        return text.into_owned();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], start.total)
 }
 
 pub fn truncate(s: &str, max: usize) -> String {
@@ -412,6 +444,20 @@ fn preview_bytes(b: &[u8]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn brief_shortens_as_truncate_does_without_the_whole_text() {
+        let values = [
+            json!(null),
+            json!({"a": "x".repeat(119)}),
+            json!({"content": "é".repeat(5000), "n": 1}),
+            json!(["€".repeat(39), "€€", 1]),
+            json!("x".repeat(1 << 20)),
+        ];
+        for v in values {
+            assert_eq!(brief(&v), truncate(&v.to_string(), 120), "{v:.40}");
+        }
+    }
 
     fn check(pattern: Value, actual: Value) -> Vec<String> {
         let mut errors = Vec::new();

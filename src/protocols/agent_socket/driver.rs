@@ -374,14 +374,22 @@ fn initialize_params() -> Value {
 
 /// A request as Vibe's `_encode` writes it: compact JSON and a newline.
 fn request_line(id: &Value, method: &str, params: &Value, notification: bool) -> Vec<u8> {
-    let mut msg = serde_json::Map::new();
-    msg.insert("jsonrpc".into(), json!("2.0"));
-    if !notification {
-        msg.insert("id".into(), id.clone());
+    // Written straight from borrows, in the order Vibe writes them.
+    #[derive(serde::Serialize)]
+    struct Request<'a> {
+        jsonrpc: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a Value>,
+        method: &'a str,
+        params: &'a Value,
     }
-    msg.insert("method".into(), json!(method));
-    msg.insert("params".into(), params.clone());
-    let mut line = serde_json::to_vec(&Value::Object(msg)).unwrap_or_default();
+    let request = Request {
+        jsonrpc: "2.0",
+        id: (!notification).then_some(id),
+        method,
+        params,
+    };
+    let mut line = serde_json::to_vec(&request).unwrap_or_default();
     line.push(b'\n');
     line
 }
