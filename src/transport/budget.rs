@@ -12,10 +12,12 @@
 //!
 //! A wait for the permit is conform's, not the target's: a reader records
 //! it in its [`Stall`], and the deadline of whoever waits on that reader is
-//! moved by as much. No wait is endless: the permit's holder is a message
-//! in a reader's hands, dropped when its case handles it or ends, and every
-//! case is bounded by its own deadlines. A reader never waits holding the
-//! permit, so two readers cannot wait for each other.
+//! moved by as much. A reader never waits holding the permit, so two
+//! readers cannot wait for each other. But a case may keep one big reply
+//! (a connection it reads in the background) while it reads another: so a
+//! reader waits at most [`MAX_WAIT`], then reads that message without the
+//! permit. Nothing hangs and no deadline is charged for conform's memory;
+//! the bound gives way only to big messages kept longer than that.
 
 use std::ops::Deref;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -25,6 +27,10 @@ use tokio::time::Instant;
 
 /// The longest message a reader holds without the big-message permit.
 pub const SMALL: usize = 1 << 20;
+
+/// The longest a reader waits for the permit before it reads its message
+/// without it.
+pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
 static BIG: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(1)));
 
@@ -100,6 +106,8 @@ impl Stall {
 #[derive(Debug, Default)]
 pub struct Meter {
     big: Option<OwnedSemaphorePermit>,
+    /// The reader gave up waiting for the permit for its current message.
+    unmetered: bool,
     stall: Arc<Stall>,
 }
 
@@ -114,21 +122,22 @@ impl Meter {
     }
 
     /// Before the reader holds `pending` bytes of an unfinished message:
-    /// takes the permit if they are more than [`SMALL`], waiting for it if
-    /// another message has it.
+    /// takes the permit if they are more than [`SMALL`], waiting for it (at
+    /// most [`MAX_WAIT`]) if another message has it.
     pub async fn hold(&mut self, pending: usize) {
-        if pending <= SMALL || self.big.is_some() {
+        if pending <= SMALL || self.big.is_some() || self.unmetered {
             return;
         }
         let permit = match BIG.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
                 self.stall.begin();
-                let p = BIG.clone().acquire_owned().await.ok();
+                let p = tokio::time::timeout(MAX_WAIT, BIG.clone().acquire_owned()).await;
                 self.stall.end();
-                p
+                p.ok().and_then(Result::ok)
             }
         };
+        self.unmetered = permit.is_none();
         self.big = permit;
     }
 
@@ -138,11 +147,13 @@ impl Meter {
     pub fn settle(&mut self, pending: usize) {
         if pending <= SMALL {
             self.big = None;
+            self.unmetered = false;
         }
     }
 
     /// A finished message, with the permit if the reader holds it.
     pub fn finish(&mut self, bytes: Vec<u8>) -> Held {
+        self.unmetered = false;
         Held {
             bytes,
             _big: self.big.take(),
@@ -164,10 +175,10 @@ pub fn extend(until: Instant, stall: &Stall, seen: &mut Duration) -> Option<Inst
 mod tests {
     use super::*;
 
-    // The permit is one for the whole process; these tests share it, so
-    // they run as one.
-    #[tokio::test]
-    async fn one_big_message_is_held_at_a_time() {
+    // The permit is one for the whole process: one test uses it, on a
+    // paused clock that jumps ahead whenever every task waits.
+    #[tokio::test(start_paused = true)]
+    async fn one_big_message_is_held_at_a_time_and_a_long_wait_gives_up() {
         let mut a = Meter::new();
         let mut b = Meter::new();
         // Small messages need no permit.
@@ -187,19 +198,35 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "b took a permit a message holds");
         drop(big);
-        let mut b = tokio::time::timeout(Duration::from_secs(10), waiting)
-            .await
-            .expect("b gets the permit once the big message is dropped")
-            .unwrap();
+        let mut b = waiting.await.unwrap();
+        assert!(
+            b.big.is_some(),
+            "b gets the permit once the message is dropped"
+        );
         let waited = b.stall.waited(Instant::now());
         assert!(waited >= Duration::from_millis(50), "waited {waited:?}");
 
         // A message dropped over its limit gives the permit back.
         b.settle(0);
+        assert!(b.big.is_none());
+
+        // A case keeps a big reply (the permit) while it reads another: the
+        // reader waits MAX_WAIT, then reads without the permit.
         a.hold(SMALL + 1).await;
-        assert!(a.big.is_some());
-        a.settle(0);
-        assert!(a.big.is_none());
+        let kept = a.finish(vec![0; 4]);
+        let mut reader = Meter::new();
+        reader.hold(SMALL + 1).await;
+        assert!(reader.big.is_none() && reader.unmetered);
+        assert_eq!(reader.stall.waited(Instant::now()), MAX_WAIT);
+        // Once it gave up, the rest of that message does not wait again.
+        reader.hold(SMALL * 2).await;
+        assert_eq!(reader.stall.waited(Instant::now()), MAX_WAIT);
+        assert!(reader.finish(vec![1])._big.is_none());
+        assert!(!reader.unmetered);
+        drop(kept);
+        // The next message takes the permit again.
+        reader.hold(SMALL + 1).await;
+        assert!(reader.big.is_some());
     }
 
     #[test]

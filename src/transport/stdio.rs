@@ -40,7 +40,15 @@ pub struct LineStream {
     events: mpsc::Receiver<(Instant, StreamEvent)>,
     /// The reader's waits for the big-message permit.
     stall: std::sync::Arc<Stall>,
+    /// The reader task: ended with the stream, even while it waits.
+    reader: tokio::task::JoinHandle<()>,
     closed: bool,
+}
+
+impl Drop for LineStream {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl LineStream {
@@ -76,12 +84,13 @@ impl LineStream {
         let (tx, rx) = mpsc::channel(QUEUE);
         let meter = Meter::new();
         let stall = meter.stall();
-        tokio::spawn(read_messages(stdout, decoder, meter, tx));
+        let reader = tokio::spawn(read_messages(stdout, decoder, meter, tx));
         Ok(LineStream {
             process,
             stdin,
             events: rx,
             stall,
+            reader,
             closed: false,
         })
     }
