@@ -16,8 +16,8 @@
 //! so a run is short and its memory is one case's. The runs of a test go in
 //! parallel: most of their time is spent waiting on conform's deadlines.
 //!
-//! The tests marked `#[ignore = "conform bug: ..."]` check what conform
-//! should do and does not yet; each says why.
+//! The last tests check memory across messages and cases, and processes
+//! that leave the target's group: each was a conform bug, now fixed.
 
 mod support;
 
@@ -736,7 +736,7 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace() {
         return;
     }
     // `exec`: the fixture itself leads the process group, so the grace is
-    // its own (see the ignored test below for a target behind a shell).
+    // its own (see the test below for a target behind a shell).
     // acp and cwx end each case's process the same way; only agent-socket's
     // report has a note about its one target.
     check_all(vec![
@@ -856,7 +856,7 @@ fn wait_for_path(path: &Path, within: Duration) -> bool {
 }
 
 // ---------------------------------------------------------------------------
-// What conform does not do yet.
+// Memory across messages and cases; processes that leave the group.
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -906,7 +906,7 @@ fn a_target_that_keeps_writing_cannot_stretch_a_deadline() {
     // closes: 11.5 s. When a wait handed over a message that was ready past
     // its deadline, conform read on until tokio's cooperative budget ran out
     // (128 messages) or it found none waiting: 17 to 32 s in most runs.
-    // Memory: see the ignored test below.
+    // Memory: see the test below.
     let mut run = noise();
     run.check_rss = false;
     let ran = check_all(vec![run]);
