@@ -36,7 +36,6 @@ static BIG: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(
 
 /// A whole message read from a target, holding the big-message permit if
 /// it is big. Dropping it gives the permit back.
-#[derive(Debug)]
 pub struct Held {
     bytes: Vec<u8>,
     _big: Option<OwnedSemaphorePermit>,
@@ -59,6 +58,19 @@ impl Deref for Held {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.bytes
+    }
+}
+
+impl std::fmt::Debug for Held {
+    /// Its length and start: a message may be 64 MiB.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let start = &self.bytes[..self.bytes.len().min(64)];
+        write!(
+            f,
+            "Held({} bytes: {:?})",
+            self.bytes.len(),
+            String::from_utf8_lossy(start)
+        )
     }
 }
 
