@@ -864,10 +864,15 @@ fn a_flood_of_valid_messages_leaves_conform_bounded() {
     if !can_run() {
         return;
     }
-    // 64 valid messages of 4 MiB (256 MiB) in a prompt turn (acp) or after
+    // Valid messages of 4 MiB in a prompt turn (acp) or after
     // host/initialize (cwx); the request is then answered and the case
-    // passes. A cap on their number (10 000) is no cap on their bytes.
+    // passes. A cap on their number (10 000) is no cap on their bytes: kept
+    // whole, either flood is over 128 MiB. acp sends 64 (256 MiB) within
+    // the prompt's 60 s. cwx sends 32 (128 MiB): they come before the
+    // answer to host/ping, whose 10 s cover conform's parse of them, and
+    // the debug build on a loaded CI machine parsed 64 in more than that.
     let flood = ["--size-mib", "4", "--count", "64"];
+    let cwx_flood = ["--size-mib", "4", "--count", "32"];
     check_all(vec![
         Hostile::new("acp", "flood", "other")
             .fixture_args(&flood)
@@ -883,7 +888,7 @@ fn a_flood_of_valid_messages_leaves_conform_bounded() {
             )
             .expect(0, &[]),
         Hostile::new("cwx", "flood", "other")
-            .fixture_args(&flood)
+            .fixture_args(&cwx_flood)
             .expect(0, &[]),
     ]);
 }
