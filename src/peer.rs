@@ -112,3 +112,127 @@ pub fn read_record<E: DeserializeOwned>(path: &Path) -> Result<Vec<E>, String> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
 }
+
+/// A scripted peer ready to start: its temporary directory (the script is
+/// in it), the shell-quoted command line that starts it, and where it
+/// writes its record.
+pub struct Prepared {
+    pub dir: tempfile::TempDir,
+    pub command: String,
+    pub record: std::path::PathBuf,
+}
+
+/// Writes `script` into a fresh temporary directory named `prefix...` and
+/// builds the command line `exe peer --protocol <protocol> --script S
+/// --record R`.
+pub fn prepare(
+    prefix: &str,
+    protocol: &str,
+    exe: &Path,
+    script: &impl serde::Serialize,
+) -> Result<Prepared, String> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let script_path = dir.path().join("script.json");
+    let record = dir.path().join("record.jsonl");
+    std::fs::write(
+        &script_path,
+        serde_json::to_vec(script).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write the script: {e}"))?;
+    let command = [
+        exe.display().to_string(),
+        "peer".into(),
+        "--protocol".into(),
+        protocol.into(),
+        "--script".into(),
+        script_path.display().to_string(),
+        "--record".into(),
+        record.display().to_string(),
+    ]
+    .iter()
+    .map(|w| crate::matcher::shell_quote(w))
+    .collect::<Vec<_>>()
+    .join(" ");
+    Ok(Prepared {
+        dir,
+        command,
+        record,
+    })
+}
+
+/// How the peer under test (a client or a core) ended.
+pub struct Ended {
+    /// Its exit status, when it exited before the deadline.
+    pub code: Option<i32>,
+    /// It was still running at the deadline and conform stopped it.
+    pub stopped: bool,
+    /// Milliseconds from `started` to its end (before any shutdown).
+    pub ms: u64,
+    /// What it logged: the reference's log, or the process's stderr.
+    pub log: String,
+}
+
+/// Runs the peer under test until it exits or `deadline` passes: the
+/// builtin reference (`builtin`, a task), or `line` run with `env` for an
+/// `exec:` target, whose whole group (the scripted peer it started
+/// included) is then ended. `role` ("client", "core") words the errors.
+pub async fn launch<F>(
+    target: &crate::target::Target,
+    role: &str,
+    builtin: F,
+    line: impl FnOnce(&str) -> String,
+    env: &[(&str, &std::ffi::OsStr)],
+    started: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+) -> Result<Ended, String>
+where
+    F: std::future::Future<Output = (i32, Vec<String>)> + Send + 'static,
+{
+    use crate::target::Target;
+    use crate::transport::process::{self, Stdio3};
+    let ms = || started.elapsed().as_millis() as u64;
+    match target {
+        Target::Builtin => {
+            let task = tokio::spawn(builtin);
+            let abort = task.abort_handle();
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok((code, log))) => Ok(Ended {
+                    code: Some(code),
+                    stopped: false,
+                    ms: ms(),
+                    log: log.join("\n"),
+                }),
+                Ok(Err(e)) => Err(format!("conform's reference {role} failed: {e}")),
+                Err(_) => {
+                    abort.abort();
+                    Ok(Ended {
+                        code: None,
+                        stopped: true,
+                        ms: ms(),
+                        log: String::new(),
+                    })
+                }
+            }
+        }
+        Target::Exec(cmd) => {
+            let mut spawned = process::spawn(&line(cmd), env, Stdio3::CaptureOutput)
+                .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
+            let status = spawned
+                .wait_for_exit(deadline.saturating_duration_since(tokio::time::Instant::now()))
+                .await;
+            let ms = ms();
+            // The whole group, the scripted peer it spawned included.
+            let _ = spawned.shutdown(process::TERM_GRACE).await;
+            Ok(Ended {
+                code: status.and_then(|s| s.code()),
+                stopped: status.is_none(),
+                ms,
+                log: spawned.stderr_tail(),
+            })
+        }
+        Target::Unix(_) => Err(format!("--role {role} cannot test unix: targets")),
+    }
+}

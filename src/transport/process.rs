@@ -405,6 +405,12 @@ fn members(table: &[Process], leader: i32, token: &str) -> Vec<(i32, i32)> {
         .collect()
 }
 
+/// Whether process `pid` is running (not a zombie left for its parent).
+pub fn is_running(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    parse_stat(pid, &stat).is_some_and(|p| p.live)
+}
+
 /// Collects those of `pids` that have become conform's zombies: orphans it
 /// adopted as a subreaper, then killed. None of them is a child tokio
 /// waits for (conform's own children lead their groups and are not

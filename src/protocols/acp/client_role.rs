@@ -15,7 +15,7 @@ use crate::outcome::{
 };
 use crate::runner;
 use crate::target::Target;
-use crate::transport::process::{self, Stdio3};
+use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use crate::wire::line::LineDecoder;
 use serde_json::{Value, json};
@@ -195,88 +195,37 @@ async fn observe(
     started: Instant,
 ) -> Result<(Vec<Event>, ClientEnd, String), String> {
     let script = Script::of(case)?;
-    let dir = tempfile::Builder::new()
-        .prefix("conform-acpc-")
-        .tempdir()
-        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    let work = dir.path().join("work");
+    let peer = crate::peer::prepare("conform-acpc-", "acp", exe, &script)?;
+    let work = peer.dir.path().join("work");
     std::fs::create_dir(&work).map_err(|e| format!("cannot create the client's cwd: {e}"))?;
-    let script_path = dir.path().join("script.json");
-    let record = dir.path().join("record.jsonl");
-    std::fs::write(
-        &script_path,
-        serde_json::to_vec(&script).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| format!("cannot write the script: {e}"))?;
-    let agent = [
-        exe.display().to_string(),
-        "peer".into(),
-        "--protocol".into(),
-        "acp".into(),
-        "--script".into(),
-        script_path.display().to_string(),
-        "--record".into(),
-        record.display().to_string(),
-    ]
-    .iter()
-    .map(|w| shell_quote(w))
-    .collect::<Vec<_>>()
-    .join(" ");
+    let agent = peer.command.clone();
     let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
-    let (end, log) = match target {
-        Target::Builtin => {
-            let (agent, work, id) = (agent.clone(), work.clone(), case.id.clone());
-            let task = tokio::spawn(async move { reference_client(&agent, &work, &id).await });
-            let abort = task.abort_handle();
-            match tokio::time::timeout_at(deadline, task).await {
-                Ok(Ok((code, log))) => (
-                    ClientEnd::Exited {
-                        code: Some(code),
-                        ms: started.elapsed().as_millis() as u64,
-                    },
-                    log.join("\n"),
-                ),
-                Ok(Err(e)) => return Err(format!("conform's reference client failed: {e}")),
-                Err(_) => {
-                    abort.abort();
-                    (
-                        ClientEnd::Stopped {
-                            ms: started.elapsed().as_millis() as u64,
-                        },
-                        String::new(),
-                    )
-                }
-            }
-        }
-        Target::Exec(cmd) => {
-            let line = format!(
-                "cd {} && {}",
-                shell_quote(&work.display().to_string()),
-                cmd.replace("{agent}", &agent)
-            );
-            let mut spawned = process::spawn(
-                &line,
-                &[
-                    ("CONFORM_AGENT", std::ffi::OsStr::new(&agent)),
-                    ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
-                ],
-                Stdio3::CaptureOutput,
-            )
-            .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
-            let status = spawned
-                .wait_for_exit(deadline.saturating_duration_since(Instant::now()))
-                .await;
-            let ms = started.elapsed().as_millis() as u64;
-            let end = match status {
-                Some(s) => ClientEnd::Exited { code: s.code(), ms },
-                None => ClientEnd::Stopped { ms },
-            };
-            // The whole group, the scripted agent the client spawned included.
-            let _ = spawned.shutdown(process::TERM_GRACE).await;
-            (end, spawned.stderr_tail())
-        }
-        Target::Unix(_) => return Err("--role client cannot test unix: targets".into()),
+    let builtin = {
+        let (agent, work, id) = (agent.clone(), work.clone(), case.id.clone());
+        async move { reference_client(&agent, &work, &id).await }
     };
+    let line = |cmd: &str| {
+        format!(
+            "cd {} && {}",
+            shell_quote(&work.display().to_string()),
+            cmd.replace("{agent}", &agent)
+        )
+    };
+    let env = [
+        ("CONFORM_AGENT", std::ffi::OsStr::new(&agent)),
+        ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
+    ];
+    let ended =
+        crate::peer::launch(target, "client", builtin, line, &env, started, deadline).await?;
+    let end = if ended.stopped {
+        ClientEnd::Stopped { ms: ended.ms }
+    } else {
+        ClientEnd::Exited {
+            code: ended.code,
+            ms: ended.ms,
+        }
+    };
+    let (log, record) = (ended.log, peer.record);
     let events = crate::peer::read_record::<Event>(&record)?;
     Ok((events, end, log))
 }

@@ -8,13 +8,13 @@ use super::reference::{TOY_ENTRY, TOY_SHA256};
 use super::scripted::{self, CoreEnd, CoreStep, Event, Script, ScriptedHost};
 use crate::case::Case;
 use crate::error::RunError;
-use crate::matcher::{shell_quote, truncate};
+use crate::matcher::truncate;
 use crate::outcome::{
     CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
 };
 use crate::runner;
 use crate::target::Target;
-use crate::transport::process::{self, Stdio3};
+use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use crate::wire::frame::{FrameDecoder, encode};
 use serde_json::{Value, json};
@@ -224,17 +224,6 @@ fn transcript(events: &[Event], core_log: &str) -> Vec<TranscriptEntry> {
     out
 }
 
-/// Whether process `pid` is still running (not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].split_whitespace().next() != Some("Z"))
-        })
-        .unwrap_or(false)
-}
-
 async fn observe(
     case: &Case<CoreStep>,
     target: &Target,
@@ -242,72 +231,31 @@ async fn observe(
     started: Instant,
 ) -> Result<(Vec<Event>, CoreEnd, String), String> {
     let script = Script::of(case)?;
-    let dir = tempfile::Builder::new()
-        .prefix("conform-cwxc-")
-        .tempdir()
-        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    let script_path = dir.path().join("script.json");
-    let record = dir.path().join("record.jsonl");
-    std::fs::write(
-        &script_path,
-        serde_json::to_vec(&script).map_err(|e| e.to_string())?,
-    )
-    .map_err(|e| format!("cannot write the script: {e}"))?;
-    let host = [
-        exe.display().to_string(),
-        "peer".into(),
-        "--protocol".into(),
-        "cwx".into(),
-        "--script".into(),
-        script_path.display().to_string(),
-        "--record".into(),
-        record.display().to_string(),
-    ]
-    .iter()
-    .map(|w| shell_quote(w))
-    .collect::<Vec<_>>()
-    .join(" ");
+    let peer = crate::peer::prepare("conform-cwxc-", "cwx", exe, &script)?;
+    let host = peer.command.clone();
+    let record = peer.record.clone();
     let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
     let ms = || started.elapsed().as_millis() as u64;
-    let (code, stopped, log) = match target {
-        Target::Builtin => {
-            let (host, tier) = (host.clone(), script.tier.clone());
-            let task = tokio::spawn(async move { reference_core(&host, &tier).await });
-            let abort = task.abort_handle();
-            match tokio::time::timeout_at(deadline, task).await {
-                Ok(Ok((code, log))) => (Some(code), false, log.join("\n")),
-                Ok(Err(e)) => return Err(format!("conform's reference core failed: {e}")),
-                Err(_) => {
-                    abort.abort();
-                    (None, true, String::new())
-                }
-            }
-        }
-        Target::Exec(cmd) => {
-            let line = cmd.replace("{host}", &host);
-            let mut spawned = process::spawn(
-                &line,
-                &[
-                    ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
-                    ("CONFORM_TIER", std::ffi::OsStr::new(&script.tier)),
-                    ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
-                ],
-                Stdio3::CaptureOutput,
-            )
-            .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
-            let status = spawned
-                .wait_for_exit(deadline.saturating_duration_since(Instant::now()))
-                .await;
-            let stopped = status.is_none();
-            let _ = spawned.shutdown(process::TERM_GRACE).await;
-            (
-                status.and_then(|s| s.code()),
-                stopped,
-                spawned.stderr_tail(),
-            )
-        }
-        Target::Unix(_) => return Err("--role core cannot test unix: targets".into()),
+    let builtin = {
+        let (host, tier) = (host.clone(), script.tier.clone());
+        async move { reference_core(&host, &tier).await }
     };
+    let env = [
+        ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
+        ("CONFORM_TIER", std::ffi::OsStr::new(&script.tier)),
+        ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
+    ];
+    let ended = crate::peer::launch(
+        target,
+        "core",
+        builtin,
+        |cmd| cmd.replace("{host}", &host),
+        &env,
+        started,
+        deadline,
+    )
+    .await?;
+    let (code, stopped, log) = (ended.code, ended.stopped, ended.log);
     let end_ms = ms();
     // Give the host a moment to see its stdin close, then check it is gone;
     // a host the core left behind is ended here, whatever the verdict.
@@ -319,7 +267,7 @@ async fn observe(
     });
     let mut host_outlived = false;
     if let Some(pid) = pid
-        && alive(pid)
+        && process::is_running(pid as i32)
     {
         host_outlived = true;
         let _ = nix::sys::signal::kill(
