@@ -74,8 +74,8 @@ fn binary() -> PathBuf {
     target.join("release/conform")
 }
 
-fn one_case<S: serde::de::DeserializeOwned>(json: &str) -> Case<S> {
-    parse_cases::<S>("bench", json)
+fn one_case<D: conform::case::Dialect>(json: &str) -> Case<D> {
+    parse_cases::<D>("bench", json)
         .expect("the bench case parses")
         .remove(0)
 }
@@ -105,7 +105,7 @@ async fn agent_socket_sides(n: usize, rounds: usize, ours_on: bool, raw_on: bool
         .expect("the builtin server listens");
     let mut session = agent_socket::driver::Session::new(socket.clone(), None, false);
     session.handshake().await;
-    let case: Case<agent_socket::steps::Step> = one_case(
+    let case: Case<agent_socket::ServerCases> = one_case(
         r#"{"id":"bench/read-file","title":"one readFile","level":"MUST","requirements":["as.read.missing"],
             "steps":[{"send":{"method":"sandbox/readFile","params":{"path":"/nonexistent/conform-bench","maxBytes":1024}},
                       "expect":{"result":{"contentBase64":null}}}]}"#,
@@ -177,13 +177,12 @@ async fn acp_overhead(bin: &Path, n: usize, rounds: usize) -> (f64, f64) {
     let ctx = acp::driver::Context {
         command: command.clone(),
         strict: false,
-        catalogue: acp::catalogue(),
         probe,
         startup: Duration::from_secs(10),
     };
     let step = r#"{"send":{"method":"session/new","params":{"cwd":"${workspace}","mcpServers":[]}},"expect":{"result":{"sessionId":{"$type":"string"}}}}"#;
     let steps = vec![step; n].join(",");
-    let case: Case<acp::steps::Step> = one_case(&format!(
+    let case: Case<acp::AgentCases> = one_case(&format!(
         r#"{{"id":"bench/sessions","title":"n session/new","level":"MUST","requirements":["acp.session.unique-session-id"],
             "config":{{"setup":"initialize"}},"steps":[{steps}]}}"#
     ));

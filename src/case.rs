@@ -44,10 +44,61 @@ pub enum Phase {
     Disruptive,
 }
 
-/// One conformance case. `S` is the protocol's step type.
+/// A suite's case language: the types its steps, needs and config
+/// deserialize into, where its cases live, and what else it checks at load.
+/// Every field is typed, so an unknown step, need or config key is a bad
+/// case file (exit 2), never a case that silently does not apply.
+pub trait Dialect: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
+    type Step: DeserializeOwned + std::fmt::Debug + Clone + Send + Sync + 'static;
+    type Need: DeserializeOwned
+        + std::fmt::Debug
+        + std::fmt::Display
+        + Clone
+        + PartialEq
+        + Send
+        + Sync
+        + 'static;
+    type Config: DeserializeOwned + std::fmt::Debug + Clone + Default + Send + Sync + 'static;
+    /// The protocol whose catalogue the cases cite.
+    const PROTOCOL: crate::suite::Protocol;
+    /// Where the embedded cases live, under `corpus/`.
+    const DIR: &'static str;
+    /// Whether a case may repeat its steps (`for_each`) and clean up after
+    /// them (`finally`).
+    const LOOPS: bool = false;
+    /// What serde cannot check: rules across fields of the whole case.
+    fn check(_case: &Case<Self>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Needs for a dialect that has none: any need is a bad case file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub enum NoNeed {}
+
+impl std::fmt::Display for NoNeed {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {}
+    }
+}
+
+/// A config for a dialect that takes none: any key is a bad case file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoConfig {}
+
+/// What a case's steps repeat over, inside the one case so its id stays stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForEach {
+    /// Each tool the agent-socket server declared.
+    Tool,
+}
+
+/// One conformance case, in the language of dialect `D`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, bound(deserialize = "S: Deserialize<'de>"))]
-pub struct Case<S> {
+#[serde(deny_unknown_fields, bound(deserialize = ""))]
+pub struct Case<D: Dialect> {
     pub id: String,
     pub title: String,
     pub level: Level,
@@ -55,28 +106,49 @@ pub struct Case<S> {
     /// Capabilities the target must declare for the case to apply; without
     /// them the case is skipped with that reason.
     #[serde(default)]
-    pub needs: Vec<String>,
+    pub needs: Vec<D::Need>,
     #[serde(default)]
     pub phase: Phase,
-    /// Settings the protocol's driver reads for the whole case (for acp: the
-    /// editor's capabilities, the session setup, the permission answers).
+    /// Settings the driver reads for the whole case (for acp: the editor's
+    /// capabilities, the session setup, the permission answers).
     #[serde(default)]
-    pub config: serde_json::Value,
-    /// Repeat the steps for each item of a list the target declared (for
-    /// agent-socket: `tool`), inside this one case so its id stays stable.
+    pub config: D::Config,
+    /// Repeat the steps for each item of a list the target declared.
     #[serde(default)]
-    pub for_each: Option<String>,
-    pub steps: Vec<S>,
+    pub for_each: Option<ForEach>,
+    pub steps: Vec<D::Step>,
     /// Steps that always run after `steps`, to clean up; their failures are
     /// reported but do not change the outcome.
     #[serde(default = "Vec::new")]
-    pub finally: Vec<S>,
+    pub finally: Vec<D::Step>,
     /// Why the case reads the source the way it does, where that needs saying.
     #[serde(default)]
     pub note: Option<String>,
     /// Where the case came from: the corpus path or the `--case` file.
     #[serde(skip)]
     pub origin: String,
+}
+
+/// What `conform list` and `--dry-run` show of a case, whatever its dialect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub id: String,
+    pub title: String,
+    pub level: Level,
+    pub requirements: Vec<String>,
+    pub needs: Vec<String>,
+}
+
+impl<D: Dialect> Case<D> {
+    pub fn listing(&self) -> Listing {
+        Listing {
+            id: self.id.clone(),
+            title: self.title.clone(),
+            level: self.level,
+            requirements: self.requirements.clone(),
+            needs: self.needs.iter().map(ToString::to_string).collect(),
+        }
+    }
 }
 
 /// A pause in the middle of bytes conform writes: after byte `at`, wait
@@ -125,10 +197,7 @@ pub enum CaseFileError {
 }
 
 /// Parses a case file's text; `origin` names it in errors.
-pub fn parse_cases<S: DeserializeOwned>(
-    origin: &str,
-    text: &str,
-) -> Result<Vec<Case<S>>, CaseFileError> {
+pub fn parse_cases<D: Dialect>(origin: &str, text: &str) -> Result<Vec<Case<D>>, CaseFileError> {
     let invalid = |message: String| CaseFileError::Invalid {
         path: origin.to_owned(),
         message,
@@ -150,7 +219,7 @@ pub fn parse_cases<S: DeserializeOwned>(
             .and_then(|v| v.as_str())
             .unwrap_or("<no id>")
             .to_owned();
-        let mut case: Case<S> =
+        let mut case: Case<D> =
             serde_json::from_value(item).map_err(|e| invalid(format!("case {id}: {e}")))?;
         if case.id.is_empty() || case.id.chars().any(char::is_whitespace) {
             return Err(invalid(format!(
@@ -167,40 +236,34 @@ pub fn parse_cases<S: DeserializeOwned>(
     Ok(cases)
 }
 
-/// A step type that can say, at load, whether it is well formed.
-pub trait CheckedStep {
-    fn check(&self) -> Result<(), String>;
-}
-
-/// A protocol's embedded cases under `corpus/<dir>/` plus the `extra` files
-/// (`--case`), each case checked: its steps and `finally` steps, its
-/// requirements known to `catalogue`, and `check` for what the protocol adds.
-pub fn load_corpus<S: DeserializeOwned + CheckedStep>(
-    dir: &str,
-    catalogue: &crate::requirements::Catalogue,
-    extra: &[(String, String)],
-    check: &dyn Fn(&Case<S>) -> Result<(), String>,
-) -> Result<Vec<Case<S>>, CaseFileError> {
-    let checked = |origin: &str, text: &str| -> Result<Vec<Case<S>>, CaseFileError> {
+/// A suite's embedded cases under `corpus/<D::DIR>/` plus the `extra`
+/// files (`--case`), each case checked: its requirements known to the
+/// protocol's catalogue, `for_each` and `finally` only where the dialect
+/// takes them, and the dialect's own rules.
+pub fn load<D: Dialect>(extra: &[(String, String)]) -> Result<Vec<Case<D>>, CaseFileError> {
+    let catalogue = D::PROTOCOL.catalogue();
+    let checked = |origin: &str, text: &str| -> Result<Vec<Case<D>>, CaseFileError> {
         let invalid = |message: String| CaseFileError::Invalid {
             path: origin.into(),
             message,
         };
-        let cases: Vec<Case<S>> = parse_cases(origin, text)?;
+        let cases: Vec<Case<D>> = parse_cases(origin, text)?;
         for c in &cases {
-            for (i, s) in c.steps.iter().chain(&c.finally).enumerate() {
-                s.check()
-                    .map_err(|m| invalid(format!("case {} step {i}: {m}", c.id)))?;
-            }
             if let Some(r) = c.requirements.iter().find(|r| catalogue.get(r).is_none()) {
                 return Err(invalid(format!("case {}: unknown requirement {r}", c.id)));
             }
-            check(c).map_err(|m| invalid(format!("case {}: {m}", c.id)))?;
+            if !D::LOOPS && (c.for_each.is_some() || !c.finally.is_empty()) {
+                return Err(invalid(format!(
+                    "case {}: these cases take no for_each or finally",
+                    c.id
+                )));
+            }
+            D::check(c).map_err(|m| invalid(format!("case {}: {m}", c.id)))?;
         }
         Ok(cases)
     };
     let mut base = Vec::new();
-    for (path, text) in crate::corpus::files_under(dir) {
+    for (path, text) in crate::corpus::files_under(D::DIR) {
         base.extend(checked(&format!("corpus/{path}"), text)?);
     }
     let mut over = Vec::new();
@@ -254,7 +317,7 @@ fn collect(path: &Path, out: &mut Vec<(String, String)>) -> Result<(), CaseFileE
 /// Merges cases: a later case with an id already seen replaces the earlier
 /// one in place; ids that are new are appended. Duplicate ids inside the
 /// embedded corpus are an error (see the corpus tests).
-pub fn merge<S>(base: Vec<Case<S>>, overrides: Vec<Case<S>>) -> Vec<Case<S>> {
+pub fn merge<D: Dialect>(base: Vec<Case<D>>, overrides: Vec<Case<D>>) -> Vec<Case<D>> {
     let mut out = base;
     let mut index: BTreeMap<String, usize> = out
         .iter()
@@ -287,6 +350,56 @@ pub fn filter_matches(filter: &str, id: &str) -> bool {
                 id.starts_with(p)
             }
         })
+}
+
+/// `--shard K/N`: the K-th (from 1) of N shards of the selected cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub k: usize,
+    pub n: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let bad = || format!("a shard is K/N with 1 <= K <= N, not {s:?}");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (k, n): (usize, usize) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if k == 0 || n == 0 || k > n {
+            return Err(bad());
+        }
+        Ok(Shard { k, n })
+    }
+}
+
+/// Which of the cases with these ids `--filter` and `--shard` select, one
+/// flag a case; selecting none is a usage error.
+pub fn select(
+    ids: &[&str],
+    filter: Option<&str>,
+    shard: Option<Shard>,
+) -> Result<Vec<bool>, crate::error::RunError> {
+    let mut keep: Vec<bool> = ids
+        .iter()
+        .map(|id| filter.is_none_or(|f| filter_matches(f, id)))
+        .collect();
+    if let Some(Shard { k, n }) = shard {
+        // Dealt in turn over the corpus's order, which every shard of a CI
+        // matrix loads the same way: each case lands in exactly one shard.
+        for (nth, flag) in keep.iter_mut().filter(|f| **f).enumerate() {
+            *flag = nth % n == k - 1;
+        }
+    }
+    if !keep.contains(&true) {
+        return Err(crate::error::RunError::Usage(
+            "no case selected: a run of zero cases proves nothing".into(),
+        ));
+    }
+    Ok(keep)
 }
 
 fn glob(p: &[u8], s: &[u8]) -> bool {
@@ -359,12 +472,45 @@ mod tests {
         assert!(filter_matches("*/read????", "a/readFile"));
     }
 
+    /// A dialect for the tests: steps are numbers.
+    #[derive(Debug, Clone)]
+    struct Numbers;
+
+    impl Dialect for Numbers {
+        type Step = u8;
+        type Need = NoNeed;
+        type Config = NoConfig;
+        const PROTOCOL: crate::suite::Protocol = crate::suite::Protocol::AgentSocket;
+        const DIR: &'static str = "none";
+    }
+
+    #[test]
+    fn shards_deal_the_selected_cases_in_turn() {
+        let ids = ["a/1", "b/1", "a/2", "a/3"];
+        let one = select(&ids, Some("a/"), Some("1/2".parse().unwrap())).unwrap();
+        let two = select(&ids, Some("a/"), Some("2/2".parse().unwrap())).unwrap();
+        assert_eq!(one, [true, false, false, true]);
+        assert_eq!(two, [false, false, true, false]);
+        assert!(select(&ids, Some("c/"), None).is_err());
+        assert!("0/2".parse::<Shard>().is_err());
+        assert!("3/2".parse::<Shard>().is_err());
+        assert!("x".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn a_need_or_config_key_the_dialect_lacks_is_refused() {
+        let need = r#"{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[],"needs":["x"]}"#;
+        assert!(parse_cases::<Numbers>("f", need).is_err());
+        let config = r#"{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[],"config":{"x":1}}"#;
+        assert!(parse_cases::<Numbers>("f", config).is_err());
+    }
+
     #[test]
     fn a_later_case_replaces_one_with_the_same_id() {
         let text = r#"{"cases":[{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[1]},
                                  {"id":"b","title":"B","level":"MAY","requirements":["r"],"steps":[]}]}"#;
-        let base: Vec<Case<u8>> = parse_cases("base", text).unwrap();
-        let over: Vec<Case<u8>> = parse_cases(
+        let base: Vec<Case<Numbers>> = parse_cases("base", text).unwrap();
+        let over: Vec<Case<Numbers>> = parse_cases(
             "over",
             r#"{"id":"a","title":"A2","level":"SHOULD","requirements":["r"],"steps":[2]}"#,
         )
@@ -379,8 +525,8 @@ mod tests {
     fn unknown_fields_and_missing_requirements_are_refused() {
         let bad =
             r#"{"id":"a","title":"A","level":"MUST","requirements":["r"],"steps":[],"stpes":[]}"#;
-        assert!(parse_cases::<u8>("f", bad).is_err());
+        assert!(parse_cases::<Numbers>("f", bad).is_err());
         let none = r#"{"id":"a","title":"A","level":"MUST","requirements":[],"steps":[]}"#;
-        assert!(parse_cases::<u8>("f", none).is_err());
+        assert!(parse_cases::<Numbers>("f", none).is_err());
     }
 }

@@ -1,14 +1,15 @@
-//! The `conform` command line (DESIGN.md: extend it, never break it).
+//! The `conform` command line (DESIGN.md: extend it, never break it): it
+//! parses, finds the suite in [`crate::suite::SUITES`], and hands over.
+//! Nothing here knows which protocols there are.
 
 use crate::baseline::Baseline;
-use crate::case::Case;
-use crate::case::{self, filter_matches};
+use crate::case::{self, Shard};
 use crate::error::RunError;
-use crate::outcome::{CaseResult, RunReport};
+use crate::outcome::RunReport;
 use crate::progress::Progress;
-use crate::protocols::{Protocol, acp, agent_socket, cwx};
+use crate::protocols::cwx::{driver::Extension, table::Tier};
 use crate::report::{self, Format};
-use crate::requirements::Catalogue;
+use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, RunOptions, Suite};
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
@@ -41,6 +42,23 @@ pub enum Command {
     Peer(PeerArgs),
 }
 
+/// The protocol and the role under test, as every subcommand takes them.
+#[derive(Debug, Args)]
+pub struct SuiteArgs {
+    #[arg(long, value_enum)]
+    pub protocol: Protocol,
+    /// The role under test (by default the protocol's first: agent-socket
+    /// server, cwx host, acp agent).
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
+}
+
+impl SuiteArgs {
+    fn suite(&self) -> Result<&'static Suite, RunError> {
+        self.protocol.suite(self.role)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct PeerArgs {
     #[arg(long, value_enum)]
@@ -55,16 +73,13 @@ pub struct PeerArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    #[arg(long, value_enum)]
-    pub protocol: Protocol,
-    /// The role under test (agent-socket: server).
-    #[arg(long)]
-    pub role: Option<String>,
+    #[command(flatten)]
+    pub suite: SuiteArgs,
     /// builtin, exec:<command line> (with {socket} for agent-socket), or
     /// unix:<path>. Given several times, every target runs the same cases
     /// and the report is a matrix: rows the cases, columns the targets.
     #[arg(long, default_value = "builtin")]
-    pub target: Vec<String>,
+    pub target: Vec<Target>,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
     /// Write the report here instead of standard output.
@@ -85,17 +100,17 @@ pub struct RunArgs {
     /// How long an exec: target has to start accepting connections.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
-    /// cwx: the trust tier the host was launched with (builtin or plugin).
-    #[arg(long, default_value = "plugin")]
-    pub tier: String,
+    /// cwx: the trust tier the host was launched with.
+    #[arg(long, value_enum, default_value = "plugin")]
+    pub tier: Tier,
     /// cwx: an extension entry the host can load, as PATH#SHA256, for the
     /// cases that need a loaded extension (builtin: its toy extension).
     #[arg(long)]
-    pub extension: Option<String>,
+    pub extension: Option<Extension>,
     /// Run only shard K of N (1-based): the selected cases dealt out in turn,
     /// so N runs with K = 1..N run every case exactly once.
     #[arg(long, value_name = "K/N")]
-    pub shard: Option<String>,
+    pub shard: Option<Shard>,
     /// Print the cases the run would select, and run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -117,13 +132,11 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct FuzzArgs {
-    #[arg(long, value_enum)]
-    pub protocol: Protocol,
-    #[arg(long)]
-    pub role: Option<String>,
+    #[command(flatten)]
+    pub suite: SuiteArgs,
     /// builtin, exec:<command line> (with {socket} for agent-socket), or unix:<path>.
     #[arg(long, default_value = "builtin")]
-    pub target: String,
+    pub target: Target,
     /// The seed the inputs come from (printed; by default one from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -136,7 +149,7 @@ pub struct FuzzArgs {
     /// Where shrunk reproducers are written, as case files.
     #[arg(long, default_value = "conform-fuzz-findings")]
     pub out: PathBuf,
-    /// How many inputs run at once.
+    /// How many inputs run at once (by default the suite's own).
     #[arg(short = 'j', long = "jobs")]
     pub jobs: Option<usize>,
     /// How long a reply or a probe may take, in seconds (the fuzzer's bound,
@@ -152,22 +165,20 @@ pub struct FuzzArgs {
     /// How long an exec: target has to start.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
-    /// cwx: the trust tier the host was launched with (builtin or plugin).
-    #[arg(long, default_value = "plugin")]
-    pub tier: String,
+    /// cwx: the trust tier the host was launched with.
+    #[arg(long, value_enum, default_value = "plugin")]
+    pub tier: Tier,
 }
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    #[arg(long, value_enum)]
-    pub protocol: Protocol,
-    #[arg(long)]
-    pub role: Option<String>,
+    #[command(flatten)]
+    pub suite: SuiteArgs,
     #[arg(long)]
     pub filter: Option<String>,
     /// Only shard K of N, as `run --shard` deals them.
     #[arg(long, value_name = "K/N")]
-    pub shard: Option<String>,
+    pub shard: Option<Shard>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -184,8 +195,8 @@ pub struct ReferenceArgs {
     #[arg(long)]
     pub workspace: Option<PathBuf>,
     /// cwx: the trust tier the reference host serves.
-    #[arg(long, default_value = "plugin")]
-    pub tier: String,
+    #[arg(long, value_enum, default_value = "plugin")]
+    pub tier: Tier,
 }
 
 /// Runs the command line and returns the process exit status.
@@ -206,7 +217,7 @@ pub fn main() -> i32 {
     let result = runtime.block_on(async {
         tokio::select! {
             r = dispatch(cli) => r,
-            _ = tokio::signal::ctrl_c() => Err(RunError::Usage("interrupted".into())),
+            _ = tokio::signal::ctrl_c() => Err(RunError::Interrupted),
         }
     });
     // Whatever a case left running is stopped with the runtime.
@@ -221,21 +232,6 @@ pub fn main() -> i32 {
     }
 }
 
-fn check_role(protocol: Protocol, role: Option<&str>) -> Result<&'static str, RunError> {
-    let roles = protocol.roles();
-    let role = match role {
-        None => roles[0],
-        Some(r) => roles.iter().copied().find(|x| *x == r).ok_or_else(|| {
-            RunError::Usage(format!(
-                "{} has no role {r:?}; its roles are {}",
-                protocol.id(),
-                roles.join(", ")
-            ))
-        })?,
-    };
-    Ok(role)
-}
-
 async fn dispatch(cli: Cli) -> Result<i32, RunError> {
     match cli.command {
         Command::Run(args) => run(args).await,
@@ -246,39 +242,45 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
     }
 }
 
+fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
+    if secs > 0.0 && secs <= max {
+        Ok(secs)
+    } else {
+        Err(RunError::Usage(format!(
+            "{name} is between 0 and {max} seconds"
+        )))
+    }
+}
+
 async fn run(args: RunArgs) -> Result<i32, RunError> {
-    let role = check_role(args.protocol, args.role.as_deref())?;
-    let targets = args
-        .target
-        .iter()
-        .map(|t| {
-            t.parse::<Target>()
-                .map_err(|e| RunError::Usage(format!("--target {t}: {e}")))
-        })
-        .collect::<Result<Vec<Target>, RunError>>()?;
-    if targets.len() > 1 && args.certify.is_some() {
+    let suite = args.suite.suite()?;
+    if args.target.len() > 1 && args.certify.is_some() {
         return Err(RunError::Usage(
             "--certify certifies one target: give --target once".into(),
         ));
     }
-    if !(args.startup_timeout > 0.0 && args.startup_timeout <= 3600.0) {
-        return Err(RunError::Usage(
-            "--startup-timeout is between 0 and 3600 seconds".into(),
-        ));
-    }
+    let startup = bounded("--startup-timeout", args.startup_timeout, 3600.0)?;
     let extra = case::read_case_paths(&args.cases)?;
     let human_on_stdout = args.format == Format::Human && args.output.is_none();
     let mut progress = Progress::new(human_on_stdout);
-    let many = targets.len() > 1;
+    let many = args.target.len() > 1;
     let mut reports = Vec::new();
-    for (i, target) in targets.into_iter().enumerate() {
+    for (i, target) in args.target.iter().enumerate() {
         let label = if many {
             format!("[{}] ", i + 1)
         } else {
             String::new()
         };
+        let options = RunOptions {
+            target: target.clone(),
+            jobs: args.jobs.unwrap_or_else(default_jobs).max(1),
+            strict: args.strict,
+            startup_timeout: Duration::from_secs_f64(startup),
+            tier: args.tier,
+            extension: args.extension.clone(),
+        };
         let Some(mut report) =
-            run_target(&args, role, target, &extra, &mut progress, &label).await?
+            run_target(&args, suite, &options, &extra, &mut progress, &label).await?
         else {
             return Ok(0);
         };
@@ -295,15 +297,10 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     }
     progress.finish();
     if let (Some(dir), [report]) = (&args.certify, reports.as_slice()) {
-        let digest = crate::certify::corpus_digest(args.protocol.id(), &extra);
+        let digest = crate::certify::corpus_digest(suite.protocol.id(), &extra);
         let complete = args.filter.is_none() && args.shard.is_none();
-        let bundle = crate::certify::bundle(
-            report,
-            &args.protocol.catalogue(),
-            args.protocol.watched(role),
-            &digest,
-            complete,
-        );
+        let bundle =
+            crate::certify::bundle(report, suite.catalogue(), suite.watched, &digest, complete);
         crate::certify::write(dir, &bundle)?;
     }
     let with_list = !progress.listed_on_stdout();
@@ -330,137 +327,47 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     Ok(report::matrix::exit_code(&reports))
 }
 
+/// Cases at once when `-j` is not given: twice the cores, at least four.
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
+        * 2
+}
+
 /// One target's run of the selected cases, with the baseline applied;
-/// `None` when `--dry-run` printed the selection instead.
+/// `None` when `--dry-run` printed the selection instead. A bad baseline is
+/// a usage error before the target starts.
 async fn run_target(
     args: &RunArgs,
-    role: &str,
-    target: Target,
+    suite: &Suite,
+    options: &RunOptions,
     extra: &[(String, String)],
     progress: &mut Progress,
     label: &str,
 ) -> Result<Option<RunReport>, RunError> {
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .max(2)
-                * 2
-        })
-        .max(1);
-    let startup_timeout = Duration::from_secs_f64(args.startup_timeout);
-    let target_name = target.to_string();
-    let (mut report, baseline) = match args.protocol {
-        Protocol::Cwx if role == "core" => {
-            let Some((cases, b)) = prepare(cwx::load_core_cases(extra)?, args, &target_name)?
-            else {
-                return Ok(None);
-            };
-            let options = cwx::core_role::CoreRunOptions {
-                target,
-                jobs,
-                strict: args.strict,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (cwx::core_role::run(&options, cases, &mut on_case).await?, b)
+    let mut cases = (suite.load)(extra)?;
+    let listing = cases.listing();
+    let ids: Vec<&str> = listing.iter().map(|c| c.id.as_str()).collect();
+    let baseline = match &args.expected_failures {
+        Some(path) => {
+            let known: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            let names: Vec<String> = args.target.iter().map(Target::to_string).collect();
+            Some(Baseline::load(path, &known, &names)?.for_target(&options.target.to_string()))
         }
-        Protocol::Cwx => {
-            let Some((cases, b)) = prepare(cwx::load_cases(extra)?, args, &target_name)? else {
-                return Ok(None);
-            };
-            let tier = parse_tier(&args.tier)?;
-            let extension = match &args.extension {
-                None => None,
-                Some(x) => {
-                    let (path, sha256) = x
-                        .split_once('#')
-                        .ok_or_else(|| RunError::Usage("--extension is PATH#SHA256".into()))?;
-                    Some(cwx::driver::Extension {
-                        path: path.into(),
-                        sha256: sha256.into(),
-                    })
-                }
-            };
-            let options = cwx::RunOptions {
-                target,
-                tier,
-                extension,
-                jobs,
-                strict: args.strict,
-                startup_timeout,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (cwx::run(&options, cases, &mut on_case).await?, b)
-        }
-        Protocol::Acp if role == "client" => {
-            let Some((cases, b)) = prepare(acp::load_client_cases(extra)?, args, &target_name)?
-            else {
-                return Ok(None);
-            };
-            let options = acp::client_role::ClientRunOptions {
-                target,
-                jobs,
-                strict: args.strict,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (
-                acp::client_role::run(&options, cases, &mut on_case).await?,
-                b,
-            )
-        }
-        Protocol::Acp => {
-            let Some((cases, b)) = prepare(acp::load_cases(extra)?, args, &target_name)? else {
-                return Ok(None);
-            };
-            let options = acp::RunOptions {
-                target,
-                jobs,
-                strict: args.strict,
-                startup_timeout,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (acp::run(&options, cases, &mut on_case).await?, b)
-        }
-        Protocol::AgentSocket if role == "client" => {
-            let Some((cases, b)) =
-                prepare(agent_socket::load_client_cases(extra)?, args, &target_name)?
-            else {
-                return Ok(None);
-            };
-            let options = agent_socket::scripted_server::ClientRunOptions {
-                target,
-                jobs,
-                strict: args.strict,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (
-                agent_socket::scripted_server::run(&options, cases, &mut on_case).await?,
-                b,
-            )
-        }
-        Protocol::AgentSocket => {
-            let Some((cases, b)) = prepare(agent_socket::load_cases(extra)?, args, &target_name)?
-            else {
-                return Ok(None);
-            };
-            let options = agent_socket::RunOptions {
-                target,
-                jobs,
-                strict: args.strict,
-                startup_timeout,
-            };
-            progress.start(label, cases.len());
-            let mut on_case = |r: &CaseResult, done, total| progress.case(r, done, total);
-            (agent_socket::run(&options, cases, &mut on_case).await?, b)
-        }
+        None => None,
     };
+    let keep = case::select(&ids, args.filter.as_deref(), args.shard)?;
+    if args.dry_run {
+        let chosen: Vec<_> = chosen(listing, &keep);
+        print!("{}", report::list::text(&chosen, suite.catalogue()));
+        return Ok(None);
+    }
+    cases.keep(&keep);
+    progress.start(label, keep.iter().filter(|k| **k).count());
+    let mut on_case = |r: &crate::outcome::CaseResult, done, total| progress.case(r, done, total);
+    let mut report = cases.run(options, &mut on_case).await?;
     if let Some(b) = &baseline {
         b.apply(&mut report);
     }
@@ -468,23 +375,14 @@ async fn run_target(
 }
 
 async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
-    let role = check_role(args.protocol, args.role.as_deref())?;
-    if role != args.protocol.roles()[0] {
+    let suite = args.suite.suite()?;
+    let Some(entry) = &suite.fuzz else {
         return Err(RunError::Usage(format!(
-            "conform fuzz tests the {} role of {}; --role {role} is for conform run",
-            args.protocol.roles()[0],
-            args.protocol.id()
+            "conform fuzz has no harness for the {} role of {}; --role {} is for conform run",
+            suite.role, suite.protocol, suite.role
         )));
-    }
-    let target: Target = args
-        .target
-        .parse()
-        .map_err(|e| RunError::Usage(format!("--target: {e}")))?;
-    if !(args.timeout > 0.0 && args.timeout <= 600.0) {
-        return Err(RunError::Usage(
-            "--timeout is between 0 and 600 seconds".into(),
-        ));
-    }
+    };
+    let timeout = bounded("--timeout", args.timeout, 600.0)?;
     if let Some(d) = args.duration
         && !(d > 0.0 && d <= 7.0 * 86400.0)
     {
@@ -502,9 +400,9 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
             .unwrap_or(1)
     });
     let options = crate::fuzz::Options {
-        protocol: args.protocol.id().to_owned(),
-        role: role.to_owned(),
-        target: target.to_string(),
+        protocol: suite.protocol,
+        role: suite.role,
+        target: args.target.to_string(),
         seed,
         cases: match (args.cases, args.duration) {
             (None, None) => Some(10_000),
@@ -512,42 +410,19 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
         },
         duration: args.duration.map(Duration::from_secs_f64),
         out: args.out.clone(),
-        jobs: args
-            .jobs
-            .unwrap_or(if args.protocol == Protocol::AgentSocket {
-                32
-            } else {
-                4
-            })
-            .max(1),
+        jobs: args.jobs.unwrap_or(entry.jobs).max(1),
         shrink_limit: args.shrink_limit,
         shrink_time: Duration::from_secs_f64(args.shrink_time.clamp(0.0, 86400.0)),
     };
     eprintln!("conform fuzz: seed {seed}");
     let mut progress = |line: &str| eprintln!("conform fuzz: {line}");
-    let startup = Duration::from_secs_f64(args.startup_timeout.clamp(0.1, 3600.0));
-    let (report, notes) = match args.protocol {
-        Protocol::AgentSocket => {
-            let h = std::sync::Arc::new(
-                agent_socket::fuzz::Harness::new(target, startup, args.timeout).await?,
-            );
-            let report = crate::fuzz::fuzz(h.clone(), &options, &mut progress).await;
-            let notes = h.finish().await;
-            (report?, notes)
-        }
-        Protocol::Acp => {
-            let h =
-                std::sync::Arc::new(acp::fuzz::Harness::new(target, startup, args.timeout).await?);
-            (crate::fuzz::fuzz(h, &options, &mut progress).await?, vec![])
-        }
-        Protocol::Cwx => {
-            let tier = parse_tier(&args.tier)?;
-            let h = std::sync::Arc::new(
-                cwx::fuzz::Harness::new(target, tier, startup, args.timeout).await?,
-            );
-            (crate::fuzz::fuzz(h, &options, &mut progress).await?, vec![])
-        }
+    let setup = FuzzSetup {
+        target: args.target.clone(),
+        startup: Duration::from_secs_f64(args.startup_timeout.clamp(0.1, 3600.0)),
+        timeout,
+        tier: args.tier,
     };
+    let (report, notes) = (entry.start)(setup, &options, &mut progress).await?;
     let mut text = crate::fuzz::human(&report, &options);
     for n in notes.iter().filter(|n| !n.contains("after SIGTERM")) {
         text.push_str(&format!("note: {n}\n"));
@@ -556,243 +431,58 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
     Ok(report.exit_code())
 }
 
-type Prepared<S> = Option<(Vec<Case<S>>, Option<Baseline>)>;
-
-/// What a run selected and the baseline to apply to it; `None` when
-/// `--dry-run` printed the selection instead. A bad baseline is a usage
-/// error before the target starts.
-fn prepare<S>(all: Vec<Case<S>>, args: &RunArgs, target: &str) -> Result<Prepared<S>, RunError> {
-    let ids: Vec<String> = all.iter().map(|c| c.id.clone()).collect();
-    let baseline = match &args.expected_failures {
-        Some(path) => {
-            // Targets by the name reports give them.
-            let names: Vec<String> = args
-                .target
-                .iter()
-                .filter_map(|t| t.parse::<Target>().ok())
-                .map(|t| t.to_string())
-                .collect();
-            Some(Baseline::load(path, &ids, &names)?.for_target(target))
-        }
-        None => None,
-    };
-    let cases = selected(all, args.filter.as_deref(), args.shard.as_deref())?;
-    if args.dry_run {
-        print_cases(&cases, &args.protocol.catalogue(), false)?;
-        return Ok(None);
-    }
-    Ok(Some((cases, baseline)))
-}
-
-/// Parses `K/N`: shard K (from 1) of N.
-fn parse_shard(s: &str) -> Result<(usize, usize), RunError> {
-    let bad = || RunError::Usage(format!("--shard is K/N with 1 <= K <= N, not {s:?}"));
-    let (k, n) = s.split_once('/').ok_or_else(bad)?;
-    let (k, n): (usize, usize) = (
-        k.trim().parse().map_err(|_| bad())?,
-        n.trim().parse().map_err(|_| bad())?,
-    );
-    if k == 0 || n == 0 || k > n {
-        return Err(bad());
-    }
-    Ok((k, n))
-}
-
-/// The cases `--filter` and `--shard` select; none is a usage error.
-fn selected<S>(
-    mut cases: Vec<Case<S>>,
-    filter: Option<&str>,
-    shard: Option<&str>,
-) -> Result<Vec<Case<S>>, RunError> {
-    if let Some(f) = filter {
-        cases.retain(|c| filter_matches(f, &c.id));
-    }
-    if let Some(s) = shard {
-        let (k, n) = parse_shard(s)?;
-        // Dealt in turn over the corpus's order, which every shard of a CI
-        // matrix loads the same way: each case lands in exactly one shard.
-        cases = cases
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| i % n == k - 1)
-            .map(|(_, c)| c)
-            .collect();
-    }
-    if cases.is_empty() {
-        return Err(RunError::Usage(
-            "no case selected: a run of zero cases proves nothing".into(),
-        ));
-    }
-    Ok(cases)
-}
-
-fn parse_tier(s: &str) -> Result<cwx::table::Tier, RunError> {
-    cwx::table::Tier::parse(s)
-        .ok_or_else(|| RunError::Usage(format!("--tier is builtin or plugin, not {s:?}")))
-}
-
 fn list(args: ListArgs) -> Result<i32, RunError> {
-    let role = check_role(args.protocol, args.role.as_deref())?;
-    match args.protocol {
-        Protocol::Cwx if role == "core" => print_cases(
-            &selected(
-                cwx::load_core_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &cwx::catalogue(),
-            args.json,
-        ),
-        Protocol::AgentSocket if role == "client" => print_cases(
-            &selected(
-                agent_socket::load_client_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &agent_socket::catalogue(),
-            args.json,
-        ),
-        Protocol::Cwx => print_cases(
-            &selected(
-                cwx::load_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &cwx::catalogue(),
-            args.json,
-        ),
-        Protocol::Acp if role == "client" => print_cases(
-            &selected(
-                acp::load_client_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &acp::catalogue(),
-            args.json,
-        ),
-        Protocol::Acp => print_cases(
-            &selected(
-                acp::load_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &acp::catalogue(),
-            args.json,
-        ),
-        _ => print_cases(
-            &selected(
-                agent_socket::load_cases(&[])?,
-                args.filter.as_deref(),
-                args.shard.as_deref(),
-            )?,
-            &agent_socket::catalogue(),
-            args.json,
-        ),
+    let suite = args.suite.suite()?;
+    let listing = (suite.load)(&[])?.listing();
+    let ids: Vec<&str> = listing.iter().map(|c| c.id.as_str()).collect();
+    let keep = case::select(&ids, args.filter.as_deref(), args.shard)?;
+    let chosen = chosen(listing, &keep);
+    if args.json {
+        println!("{}", report::list::json(&chosen, suite.catalogue()));
+    } else {
+        print!("{}", report::list::text(&chosen, suite.catalogue()));
     }
-}
-
-fn print_cases<S>(cases: &[Case<S>], catalogue: &Catalogue, json: bool) -> Result<i32, RunError> {
-    if json {
-        let items: Vec<serde_json::Value> = cases
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "id": c.id, "title": c.title, "level": c.level, "needs": c.needs,
-                    "requirements": c.requirements.iter().map(|r| catalogue.get(r)).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&items).unwrap_or_default()
-        );
-        return Ok(0);
-    }
-    for c in cases {
-        let needs = if c.needs.is_empty() {
-            String::new()
-        } else {
-            format!("  (needs {})", c.needs.join(", "))
-        };
-        println!("{:<6} {}  {}{needs}", c.level.as_str(), c.id, c.title);
-        for r in &c.requirements {
-            if let Some(req) = catalogue.get(r) {
-                println!(
-                    "         {} [{} {}] {}: \"{}\"",
-                    req.id,
-                    req.level.as_str(),
-                    req.role,
-                    req.source,
-                    req.quote
-                );
-            }
-        }
-    }
-    println!("\n{} cases", cases.len());
     Ok(0)
 }
 
+/// The listings `keep` selects.
+fn chosen(listing: Vec<case::Listing>, keep: &[bool]) -> Vec<case::Listing> {
+    listing
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .map(|(c, _)| c)
+        .collect()
+}
+
+/// The protocol's suite that provides `what`, for the commands that serve
+/// one role of a protocol (`reference`, `peer`).
+fn suite_with<T>(
+    protocol: Protocol,
+    what: &str,
+    get: impl Fn(&Suite) -> Option<T>,
+) -> Result<T, RunError> {
+    protocol
+        .suites()
+        .find_map(get)
+        .ok_or_else(|| RunError::Usage(format!("conform has no {what} for {protocol}")))
+}
+
 async fn peer(args: PeerArgs) -> Result<i32, RunError> {
-    match args.protocol {
-        Protocol::Acp => acp::client_role::serve_peer(&args.script, &args.record)
-            .await
-            .map(|()| 0)
-            .map_err(|e| RunError::Conform(format!("the scripted agent failed: {e}"))),
-        Protocol::Cwx => cwx::core_role::serve_peer(&args.script, &args.record)
-            .await
-            .map(|()| 0)
-            .map_err(|e| RunError::Conform(format!("the scripted host failed: {e}"))),
-        other => Err(RunError::Usage(format!(
-            "conform has no scripted peer for {}",
-            other.id()
-        ))),
-    }
+    let serve = suite_with(args.protocol, "scripted peer", |s| s.peer)?;
+    serve(args.script, args.record)
+        .await
+        .map(|()| 0)
+        .map_err(|e| RunError::Conform(format!("the scripted peer failed: {e}")))
 }
 
 async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
-    match args.protocol {
-        Protocol::Acp => {
-            acp::reference::serve()
-                .await
-                .map_err(|e| RunError::Conform(format!("the reference agent failed: {e}")))?;
-            return Ok(0);
-        }
-        Protocol::Cwx => {
-            let tier = parse_tier(&args.tier)?;
-            cwx::reference::serve(tier)
-                .await
-                .map_err(|e| RunError::Conform(format!("the reference host failed: {e}")))?;
-            return Ok(0);
-        }
-        Protocol::AgentSocket => {}
-    }
-    let Some(listen) = args.listen else {
-        return Err(RunError::Usage(
-            "agent-socket's reference needs --listen PATH".into(),
-        ));
-    };
-    let (_tmp, workspace) = match args.workspace {
-        Some(w) => (None, w),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("conform-as-workspace-")
-                .tempdir()
-                .map_err(|e| RunError::Conform(e.to_string()))?;
-            let p = t.path().to_path_buf();
-            (Some(t), p)
-        }
-    };
-    let (task, running) = agent_socket::start_reference(&listen, &workspace)
-        .await
-        .map_err(|e| RunError::Usage(format!("cannot listen on {}: {e}", listen.display())))?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| RunError::Conform(e.to_string()))?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    task.abort();
-    running.kill_all();
-    let _ = std::fs::remove_file(&listen);
+    let serve = suite_with(args.protocol, "reference", |s| s.reference)?;
+    serve(ReferenceOptions {
+        listen: args.listen,
+        workspace: args.workspace,
+        tier: args.tier,
+    })
+    .await?;
     Ok(0)
 }

@@ -12,6 +12,9 @@ pub enum RunError {
     /// conform itself failed (its own I/O). Exit 2: there is no verdict.
     #[error("conform failed: {0}")]
     Conform(String),
+    /// The run was interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl From<crate::case::CaseFileError> for RunError {
@@ -22,6 +25,9 @@ impl From<crate::case::CaseFileError> for RunError {
 
 impl RunError {
     pub fn exit_code(&self) -> i32 {
-        2
+        match self {
+            RunError::Interrupted => 130,
+            RunError::Usage(_) | RunError::Target(_) | RunError::Conform(_) => 2,
+        }
     }
 }

@@ -23,6 +23,8 @@ pub mod redact;
 pub mod report;
 pub mod requirements;
 pub mod runner;
+pub mod step;
+pub mod suite;
 pub mod target;
 pub mod transport;
 pub mod wire;

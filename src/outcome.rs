@@ -136,7 +136,10 @@ pub struct CaseResult {
 
 impl CaseResult {
     /// The record of `case` before it runs: an error until its outcome is set.
-    pub fn for_case<S>(case: &crate::case::Case<S>, message: impl Into<String>) -> CaseResult {
+    pub fn for_case<D: crate::case::Dialect>(
+        case: &crate::case::Case<D>,
+        message: impl Into<String>,
+    ) -> CaseResult {
         CaseResult {
             id: case.id.clone(),
             title: case.title.clone(),
@@ -200,8 +203,8 @@ impl Summary {
 /// Everything a report needs about one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
-    pub protocol: String,
-    pub role: String,
+    pub protocol: crate::suite::Protocol,
+    pub role: crate::suite::Role,
     pub target: String,
     pub conform_version: String,
     pub strict: bool,
@@ -281,16 +284,15 @@ impl RunReport {
 impl RunReport {
     /// The report of a finished run, with its unexercised MUSTs marked.
     pub fn new(
-        protocol: crate::protocols::Protocol,
-        role: &str,
+        suite: &crate::suite::Suite,
         target: String,
         strict: bool,
         cases: Vec<CaseResult>,
         notes: Vec<String>,
     ) -> RunReport {
         let mut report = RunReport {
-            protocol: protocol.id().into(),
-            role: role.into(),
+            protocol: suite.protocol,
+            role: suite.role,
             target,
             conform_version: env!("CARGO_PKG_VERSION").into(),
             strict,
@@ -301,7 +303,7 @@ impl RunReport {
             stale: vec![],
             unexercised: vec![],
         };
-        report.mark_unexercised(&protocol.catalogue(), protocol.watched(role));
+        report.mark_unexercised(suite.catalogue(), suite.watched);
         report
     }
 

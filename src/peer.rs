@@ -38,7 +38,13 @@ pub struct Findings {
 impl Findings {
     /// The grade of `case` from these findings; `summary` says what the
     /// peer did, `who` names it ("client", "core").
-    pub fn grade<S>(mut self, case: &Case<S>, strict: bool, summary: &str, who: &str) -> Grade {
+    pub fn grade<D: crate::case::Dialect>(
+        mut self,
+        case: &Case<D>,
+        strict: bool,
+        summary: &str,
+        who: &str,
+    ) -> Grade {
         let notes = self.notes;
         let with = |lines: Vec<String>| {
             let mut text = lines.join("; ");

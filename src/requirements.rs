@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 pub struct Requirement {
     pub id: String,
     pub level: Level,
-    /// The side the requirement binds: `server`, `client`, ...
-    pub role: String,
+    /// The side the requirement binds.
+    pub role: crate::suite::Role,
     /// The source file and the part of it.
     pub source: String,
     /// The requirement in the source's own words.
@@ -26,7 +26,7 @@ pub struct Requirement {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Catalogue {
-    pub protocol: String,
+    pub protocol: crate::suite::Protocol,
     pub requirements: Vec<Requirement>,
 }
 

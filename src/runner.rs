@@ -1,6 +1,6 @@
 //! The protocol-independent runner: selection, phases, parallelism, progress.
 
-use crate::case::{Case, Phase};
+use crate::case::{Case, Dialect, Phase};
 use crate::outcome::CaseResult;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,8 +12,8 @@ pub type CaseFuture = Pin<Box<dyn Future<Output = CaseResult> + Send>>;
 /// Runs `cases`: the main phase up to `jobs` at a time, then the disruptive
 /// phase one at a time. `run` starts case `i`; `progress` sees each result as
 /// it comes. Results come back in the cases' order.
-pub async fn run_cases<S>(
-    cases: &[Case<S>],
+pub async fn run_cases<D: Dialect>(
+    cases: &[Case<D>],
     jobs: usize,
     run: Arc<dyn Fn(usize) -> CaseFuture + Send + Sync>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
@@ -60,19 +60,18 @@ pub async fn run_cases<S>(
 }
 
 /// Runs case `i` of the shared cases with a shared context.
-pub type RunNth<C, S, F> = fn(Arc<C>, Arc<Vec<Case<S>>>, usize) -> F;
+pub type RunNth<C, D, F> = fn(Arc<C>, Arc<Vec<Case<D>>>, usize) -> F;
 
 /// Runs `cases` as [`run_cases`] does, case `i` by `run(ctx, cases, i)`: the
 /// shared plumbing of the roles where conform plays the peer.
-pub async fn run_with<S, C, F>(
-    cases: Vec<Case<S>>,
+pub async fn run_with<D: Dialect, C, F>(
+    cases: Vec<Case<D>>,
     jobs: usize,
     ctx: C,
-    run: RunNth<C, S, F>,
+    run: RunNth<C, D, F>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Vec<CaseResult>
 where
-    S: Send + Sync + 'static,
     C: Send + Sync + 'static,
     F: Future<Output = CaseResult> + Send + 'static,
 {

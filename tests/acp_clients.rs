@@ -118,15 +118,19 @@ fn the_reference_clients_pass_and_every_broken_client_fails_exactly_its_cases() 
 
 #[test]
 fn every_client_must_has_a_case_or_says_why_not() {
-    let cases = conform::protocols::acp::load_client_cases(&[]).unwrap();
-    let catalogue = conform::protocols::acp::catalogue();
+    let cases = conform::case::load::<conform::protocols::acp::ClientCases>(&[]).unwrap();
+    let catalogue = conform::suite::Protocol::Acp.catalogue();
     let cited: BTreeSet<&str> = cases
         .iter()
         .flat_map(|c| c.requirements.iter().map(String::as_str))
         .collect();
     let mut missing = Vec::new();
     let mut stale = Vec::new();
-    for r in catalogue.requirements.iter().filter(|r| r.role == "client") {
+    for r in catalogue
+        .requirements
+        .iter()
+        .filter(|r| r.role == conform::suite::Role::Client)
+    {
         let has = cited.contains(r.id.as_str());
         if r.level == conform::case::Level::Must && !has && r.no_case.is_none() {
             missing.push(r.id.as_str());

@@ -190,17 +190,23 @@ fn fixture(args: &str) -> String {
 
 /// The cases a run under `filter` does not skip when the agent offers `offers`.
 fn applicable(filter: Option<&str>, offers: &[&str]) -> BTreeSet<String> {
-    conform::protocols::acp::load_cases(&[])
+    conform::case::load::<conform::protocols::acp::AgentCases>(&[])
         .unwrap()
         .into_iter()
         .filter(|c| filter.is_none_or(|f| conform::case::filter_matches(f, &c.id)))
-        .filter(|c| c.needs.iter().all(|n| offers.contains(&n.as_str())))
+        .filter(|c| {
+            c.needs
+                .iter()
+                .all(|n| offers.contains(&n.to_string().as_str()))
+        })
         .map(|c| c.id)
         .collect()
 }
 
 fn skipped_count(offers: &[&str]) -> usize {
-    let all = conform::protocols::acp::load_cases(&[]).unwrap().len();
+    let all = conform::case::load::<conform::protocols::acp::AgentCases>(&[])
+        .unwrap()
+        .len();
     all - applicable(None, offers).len()
 }
 
@@ -316,6 +322,8 @@ fn the_builtin_reference_agent_passes_every_case() {
         let got = support::outcome_ids(&report, outcome);
         assert!(got.is_empty(), "{outcome}: {got:?}");
     }
-    let total = conform::protocols::acp::load_cases(&[]).unwrap().len();
+    let total = conform::case::load::<conform::protocols::acp::AgentCases>(&[])
+        .unwrap()
+        .len();
     assert_eq!(report["summary"]["total"], total);
 }

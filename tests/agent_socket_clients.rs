@@ -225,8 +225,8 @@ fn the_client_cases_list_and_every_client_must_has_a_case_or_says_why_not() {
         text.contains("agent-socket/client/sandbox/no-reply"),
         "{text}"
     );
-    let cases = conform::protocols::agent_socket::load_client_cases(&[]).unwrap();
-    let catalogue = conform::protocols::agent_socket::catalogue();
+    let cases = conform::case::load::<conform::protocols::agent_socket::ClientCases>(&[]).unwrap();
+    let catalogue = conform::suite::Protocol::AgentSocket.catalogue();
     let cited: BTreeSet<&str> = cases
         .iter()
         .flat_map(|c| c.requirements.iter().map(String::as_str))
@@ -239,7 +239,7 @@ fn the_client_cases_list_and_every_client_must_has_a_case_or_says_why_not() {
     let missing: Vec<&str> = catalogue
         .requirements
         .iter()
-        .filter(|r| r.role == "client" && r.level == conform::case::Level::Must)
+        .filter(|r| r.role == conform::suite::Role::Client && r.level == conform::case::Level::Must)
         .filter(|r| !cited.contains(r.id.as_str()) && r.no_case.is_none())
         .map(|r| r.id.as_str())
         .collect();

@@ -165,10 +165,10 @@ const VARIANTS: &[(&str, Option<&str>)] = &[
 
 /// How many embedded cases need `half`.
 fn cases_needing(half: &str) -> usize {
-    conform::protocols::agent_socket::load_cases(&[])
+    conform::case::load::<conform::protocols::agent_socket::ServerCases>(&[])
         .unwrap()
         .iter()
-        .filter(|c| c.needs.iter().any(|n| n == half))
+        .filter(|c| c.needs.iter().any(|n| n.to_string() == half))
         .count()
 }
 

@@ -1,20 +1,22 @@
 //! The requirement catalogue against the cases and against the sources.
 
+use conform::case::load;
 use conform::protocols::agent_socket;
+use conform::suite::{Protocol, Role};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[test]
 fn every_server_must_has_a_case_or_says_why_not() {
-    let cases = agent_socket::load_cases(&[]).expect("the corpus loads");
-    assert_musts_covered(&agent_socket::catalogue(), &cases, "server");
+    let cases = load::<agent_socket::ServerCases>(&[]).expect("the corpus loads");
+    assert_musts_covered(Protocol::AgentSocket.catalogue(), &cases, Role::Server);
 }
 
 /// Every MUST of `role` has a case or a `no_case` reason, and no
 /// requirement with a case says it has none.
-fn assert_musts_covered<S>(
+fn assert_musts_covered<D: conform::case::Dialect>(
     catalogue: &conform::requirements::Catalogue,
-    cases: &[conform::case::Case<S>],
-    role: &str,
+    cases: &[conform::case::Case<D>],
+    role: Role,
 ) {
     let covered: BTreeSet<&str> = cases
         .iter()
@@ -47,7 +49,7 @@ fn assert_musts_covered<S>(
 
 #[test]
 fn case_and_requirement_ids_are_unique() {
-    let cases = agent_socket::load_cases(&[]).unwrap();
+    let cases = load::<agent_socket::ServerCases>(&[]).unwrap();
     let mut seen = BTreeMap::new();
     for c in &cases {
         assert!(
@@ -57,7 +59,7 @@ fn case_and_requirement_ids_are_unique() {
         );
         assert!(c.id.starts_with("agent-socket/"), "{}", c.id);
     }
-    let catalogue = agent_socket::catalogue();
+    let catalogue = Protocol::AgentSocket.catalogue();
     let ids: BTreeSet<&str> = catalogue
         .requirements
         .iter()
@@ -85,7 +87,7 @@ fn every_quote_from_the_shared_sources_is_in_them() {
     }
     let sources = fold(&sources);
     let mut absent = Vec::new();
-    for r in &agent_socket::catalogue().requirements {
+    for r in &Protocol::AgentSocket.catalogue().requirements {
         if r.source.starts_with("JSON-RPC") {
             continue;
         }
@@ -108,24 +110,26 @@ fn every_quote_from_the_shared_sources_is_in_them() {
 }
 
 mod acp {
+    use conform::case::load;
     use conform::protocols::acp;
+    use conform::suite::{Protocol, Role};
     use std::collections::BTreeSet;
 
     #[test]
     fn every_agent_must_has_a_case_or_says_why_not() {
-        let cases = acp::load_cases(&[]).expect("the corpus loads");
-        super::assert_musts_covered(&acp::catalogue(), &cases, "agent");
+        let cases = load::<acp::AgentCases>(&[]).expect("the corpus loads");
+        super::assert_musts_covered(Protocol::Acp.catalogue(), &cases, Role::Agent);
     }
 
     #[test]
     fn case_ids_are_unique_and_every_rule_the_monitor_checks_is_catalogued() {
-        let cases = acp::load_cases(&[]).unwrap();
+        let cases = load::<acp::AgentCases>(&[]).unwrap();
         let mut seen = BTreeSet::new();
         for c in &cases {
             assert!(seen.insert(c.id.clone()), "duplicate case id {}", c.id);
             assert!(c.id.starts_with("acp/"), "{}", c.id);
         }
-        let catalogue = acp::catalogue();
+        let catalogue = Protocol::Acp.catalogue();
         let ids: BTreeSet<&str> = catalogue
             .requirements
             .iter()
@@ -155,7 +159,7 @@ mod acp {
         }
         for r in &catalogue.requirements {
             assert!(
-                r.role == "agent" || r.role == "client",
+                r.role == Role::Agent || r.role == Role::Client,
                 "{}: role {}",
                 r.id,
                 r.role
@@ -179,7 +183,7 @@ mod acp {
         sources.push_str(&std::fs::read_to_string(format!("{dir}/schema.json")).unwrap());
         let sources = super::fold(&sources);
         let mut absent = Vec::new();
-        for r in &acp::catalogue().requirements {
+        for r in &Protocol::Acp.catalogue().requirements {
             if r.source.starts_with("JSON-RPC") {
                 continue;
             }
@@ -227,14 +231,16 @@ mod acp {
 }
 
 mod cwx {
+    use conform::case::load;
     use conform::protocols::cwx;
+    use conform::suite::{Protocol, Role};
     use std::collections::BTreeSet;
 
     #[test]
     fn every_host_must_has_a_case_or_says_why_not() {
-        let catalogue = cwx::catalogue();
-        let cases = cwx::load_cases(&[]).expect("the corpus loads");
-        super::assert_musts_covered(&catalogue, &cases, "host");
+        let catalogue = Protocol::Cwx.catalogue();
+        let cases = load::<cwx::HostCases>(&[]).expect("the corpus loads");
+        super::assert_musts_covered(catalogue, &cases, Role::Host);
         for rule in cwx::driver::rules::ALL {
             assert!(
                 catalogue.get(rule).is_some(),
@@ -259,7 +265,8 @@ mod cwx {
             return;
         };
         let src = super::fold(&src);
-        let absent: Vec<String> = cwx::catalogue()
+        let absent: Vec<String> = Protocol::Cwx
+            .catalogue()
             .requirements
             .iter()
             .filter(|r| !src.contains(&super::fold(&r.quote)))

@@ -230,7 +230,9 @@ fn acp_list_names_every_case_with_its_requirements() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let items: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let n = conform::protocols::acp::load_cases(&[]).unwrap().len();
+    let n = conform::case::load::<conform::protocols::acp::AgentCases>(&[])
+        .unwrap()
+        .len();
     assert_eq!(items.as_array().unwrap().len(), n);
     assert!(items.as_array().unwrap().iter().all(|c| {
         c["requirements"]

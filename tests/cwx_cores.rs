@@ -92,15 +92,16 @@ fn the_reference_cores_pass_and_every_broken_core_fails_exactly_its_cases() {
 
 #[test]
 fn every_core_must_has_a_case() {
-    let cases = conform::protocols::cwx::load_core_cases(&[]).unwrap();
+    let cases = conform::case::load::<conform::protocols::cwx::CoreCases>(&[]).unwrap();
     let cited: BTreeSet<&str> = cases
         .iter()
         .flat_map(|c| c.requirements.iter().map(String::as_str))
         .collect();
-    let missing: Vec<String> = conform::protocols::cwx::catalogue()
+    let missing: Vec<String> = conform::suite::Protocol::Cwx
+        .catalogue()
         .requirements
         .iter()
-        .filter(|r| r.role == "core" && r.level == conform::case::Level::Must)
+        .filter(|r| r.role == conform::suite::Role::Core && r.level == conform::case::Level::Must)
         .filter(|r| !cited.contains(r.id.as_str()) && r.no_case.is_none())
         .map(|r| r.id.clone())
         .collect();

@@ -5,7 +5,9 @@ mod support;
 
 #[test]
 fn the_builtin_reference_host_passes_every_case_on_both_tiers() {
-    let total = conform::protocols::cwx::load_cases(&[]).unwrap().len();
+    let total = conform::case::load::<conform::protocols::cwx::HostCases>(&[])
+        .unwrap()
+        .len();
     for tier in ["plugin", "builtin"] {
         let (code, report, stderr) =
             support::run_protocol_json("cwx", "builtin", &["--tier", tier]);
@@ -159,7 +161,7 @@ fn every_broken_host_fails_exactly_its_cases_and_the_fixture_passes_on_both_tier
         eprintln!("skipped: python3 is not on PATH; the fixture host needs it");
         return;
     }
-    let all: BTreeSet<String> = conform::protocols::cwx::load_cases(&[])
+    let all: BTreeSet<String> = conform::case::load::<conform::protocols::cwx::HostCases>(&[])
         .unwrap()
         .into_iter()
         .map(|c| c.id)

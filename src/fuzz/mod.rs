@@ -53,8 +53,8 @@ pub trait Harness: Send + Sync + 'static {
 /// How a fuzzing run is set up.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub protocol: String,
-    pub role: String,
+    pub protocol: crate::suite::Protocol,
+    pub role: crate::suite::Role,
     pub target: String,
     pub seed: u64,
     pub cases: Option<u64>,
@@ -121,7 +121,7 @@ pub fn runner_for(seed: u64) -> TestRunner {
 }
 
 /// The id a generated case gets.
-pub fn case_id(protocol: &str, seed: u64, index: u64) -> String {
+pub fn case_id(protocol: crate::suite::Protocol, seed: u64, index: u64) -> String {
     format!("{protocol}/fuzz/{seed}-{index}")
 }
 
@@ -142,19 +142,18 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
 
 /// A generated case read back as the protocol's case, its steps checked as
 /// the corpus's are; a case that does not read is conform's own error.
-pub fn parse_generated<S>(case: Value) -> Result<crate::case::Case<S>, Box<CaseResult>>
-where
-    S: serde::de::DeserializeOwned + crate::case::CheckedStep,
-{
+pub fn parse_generated<D: crate::case::Dialect>(
+    case: Value,
+) -> Result<crate::case::Case<D>, Box<CaseResult>> {
     let id = case.get("id").cloned().unwrap_or_default();
-    let case: crate::case::Case<S> = serde_json::from_value(case).map_err(|e| {
+    let case: crate::case::Case<D> = serde_json::from_value(case).map_err(|e| {
         Box::new(invalid_case(
             &id,
             format!("a generated case is invalid: {e}"),
         ))
     })?;
-    if let Some(e) = case.steps.iter().find_map(|s| s.check().err()) {
-        let message = format!("a generated step is invalid: {e}");
+    if let Err(e) = D::check(&case) {
+        let message = format!("a generated case is invalid: {e}");
         return Err(Box::new(invalid_case(&id, message)));
     }
     Ok(case)
@@ -223,7 +222,7 @@ pub async fn fuzz<H: Harness>(
                 .map_err(|e| RunError::Conform(format!("the generator failed: {e}")))?;
             let case = harness.case(
                 &tree.current(),
-                &case_id(&options.protocol, options.seed, next),
+                &case_id(options.protocol, options.seed, next),
             );
             trees.insert(next, Box::new(tree));
             let h = harness.clone();
@@ -313,7 +312,7 @@ async fn culprit<H: Harness>(
     let mut first: Option<(u64, CaseResult, Value)> = None;
     for (index, result, tree) in suspects {
         let Some(tree) = tree else { continue };
-        let id = case_id(&options.protocol, options.seed, index);
+        let id = case_id(options.protocol, options.seed, index);
         let case = harness.case(&tree.current(), &id);
         harness.clone().reset().await?;
         let again = harness.clone().run(case.clone()).await;
@@ -353,7 +352,7 @@ async fn shrink<H: Harness>(
     mut best_case: Value,
     class: String,
 ) -> Result<Finding, RunError> {
-    let id = case_id(&options.protocol, options.seed, index);
+    let id = case_id(options.protocol, options.seed, index);
     let mut steps = 0;
     let deadline = Instant::now() + options.shrink_time;
     let mut attempts = 0;

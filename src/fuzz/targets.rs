@@ -171,7 +171,7 @@ pub fn jsonrpc_reply(data: &[u8]) {
 /// The ACP monitor reads any lines an agent may write; every violation it
 /// reports names a requirement of the catalogue.
 pub fn acp_monitor(data: &[u8]) {
-    let catalogue = acp::catalogue();
+    let catalogue = acp::AGENT.catalogue();
     let mut m = acp::monitor::Monitor::new();
     m.sent(
         &serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -210,30 +210,26 @@ pub fn cwx_parsers(data: &[u8]) {
     }
 }
 
-/// Case files of each protocol: parsing and checking never panic, and a case
-/// that parses keeps its id.
+/// Case files of every suite's dialect: parsing and checking never panic,
+/// and a case that parses keeps its id.
 pub fn case_files(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(cases) = crate::case::parse_cases::<agent_socket::steps::Step>("fuzz", text) {
-        for c in &cases {
-            assert!(!c.id.is_empty() || text.contains("\"id\""));
-            for s in &c.steps {
-                let _ = s.validate();
+    fn read<D: crate::case::Dialect>(text: &str) {
+        if let Ok(cases) = crate::case::parse_cases::<D>("fuzz", text) {
+            for c in &cases {
+                assert!(!c.id.is_empty() || text.contains("\"id\""));
+                let _ = D::check(c);
             }
         }
     }
-    if let Ok(cases) = crate::case::parse_cases::<acp::steps::Step>("fuzz", text) {
-        for s in cases.iter().flat_map(|c| &c.steps) {
-            let _ = s.validate();
-        }
-    }
-    if let Ok(cases) = crate::case::parse_cases::<cwx::steps::Step>("fuzz", text) {
-        for s in cases.iter().flat_map(|c| &c.steps) {
-            let _ = s.validate();
-        }
-    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    read::<agent_socket::ServerCases>(text);
+    read::<agent_socket::ClientCases>(text);
+    read::<acp::AgentCases>(text);
+    read::<acp::ClientCases>(text);
+    read::<cwx::HostCases>(text);
+    read::<cwx::CoreCases>(text);
 }
 
 /// The reference server's request handler: every reply it writes is a

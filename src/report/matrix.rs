@@ -74,8 +74,8 @@ fn title(reports: &[RunReport]) -> String {
     let first = reports.first();
     format!(
         "conform: {} {} matrix of {} targets",
-        first.map(|r| r.protocol.as_str()).unwrap_or(""),
-        first.map(|r| r.role.as_str()).unwrap_or(""),
+        first.map(|r| r.protocol.id()).unwrap_or(""),
+        first.map(|r| r.role.id()).unwrap_or(""),
         reports.len()
     )
 }
@@ -184,8 +184,8 @@ fn json_matrix(reports: &[RunReport]) -> String {
         .collect();
     let first = reports.first();
     let doc = json!({
-        "protocol": first.map(|r| r.protocol.as_str()),
-        "role": first.map(|r| r.role.as_str()),
+        "protocol": first.map(|r| r.protocol.id()),
+        "role": first.map(|r| r.role.id()),
         "target": targets.join(" | "),
         "targets": targets,
         "conform_version": env!("CARGO_PKG_VERSION"),

@@ -1,5 +1,6 @@
 //! Report formats. Each is a pure function of a [`RunReport`].
 
+pub mod list;
 pub mod matrix;
 
 use crate::outcome::{CaseResult, Direction, Outcome, RunReport};
@@ -228,8 +229,8 @@ fn junit_document(reports: &[&RunReport], names: &[String]) -> String {
         [one] => format!("conform {} {}", one.protocol, one.role),
         _ => format!(
             "conform {} {} matrix",
-            reports.first().map(|r| r.protocol.as_str()).unwrap_or(""),
-            reports.first().map(|r| r.role.as_str()).unwrap_or("")
+            reports.first().map(|r| r.protocol.id()).unwrap_or(""),
+            reports.first().map(|r| r.role.id()).unwrap_or("")
         ),
     };
     let _ = writeln!(out, "<testsuites {}>", junit_counts(&run_name, reports));
@@ -256,7 +257,7 @@ fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
         let _ = write!(
             out,
             "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
-            xml_escape(&report.protocol),
+            xml_escape(report.protocol.id()),
             xml_escape(&c.id),
             seconds(c.duration_ms)
         );
@@ -315,7 +316,7 @@ fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
         let _ = writeln!(
             out,
             "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      <failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>\n    </testcase>",
-            xml_escape(&report.protocol),
+            xml_escape(report.protocol.id()),
             xml_escape(&u.requirement),
             xml_escape(&why.join("\n"))
         );
@@ -443,11 +444,6 @@ const OUTCOMES: [Outcome; 6] = [
     Outcome::Pass,
 ];
 
-/// The catalogue of a report's protocol, for the requirement levels.
-fn catalogue_of(protocol: &str) -> Option<crate::requirements::Catalogue> {
-    crate::protocols::Protocol::from_id(protocol).map(|p| p.catalogue())
-}
-
 /// A self-contained HTML report: a summary by level, a table of the
 /// requirements the cases check with their worst outcome, every case, and
 /// for each failure its message and transcript. Inline CSS only.
@@ -515,7 +511,7 @@ fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
     }
     out.push_str("</table>\n");
     // Requirements.
-    let catalogue = catalogue_of(&report.protocol);
+    let catalogue = report.protocol.catalogue();
     let mut reqs: std::collections::BTreeMap<&str, Vec<&CaseResult>> = Default::default();
     for c in &report.cases {
         for r in &c.requirements {
@@ -530,7 +526,7 @@ fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
             .filter(|o| *o != Outcome::Skip)
             .max_by_key(|o| o.severity())
             .unwrap_or(Outcome::Skip);
-        let req = catalogue.as_ref().and_then(|c| c.get(id));
+        let req = catalogue.get(id);
         let _ = writeln!(
             out,
             "<tr><td><code>{}</code></td><td>{}</td><td class=\"{w}\">{w}</td><td>{}</td><td>{}</td></tr>",

@@ -5,7 +5,7 @@
 //! client (the `builtin` target). Grading is sans-IO in [`scripted`].
 
 use super::editor::{Answer, Editor};
-use super::scripted::{self, ClientEnd, ClientStep, Event, Script, ScriptedAgent};
+use super::scripted::{self, ClientEnd, Event, Script, ScriptedAgent};
 use super::steps::Permission;
 use crate::case::Case;
 use crate::error::RunError;
@@ -31,7 +31,7 @@ const LINE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Serves the scripted agent of `script` on stdio, appending every event to
 /// `record` (JSON lines), until stdin closes.
-pub async fn serve_peer(script: &Path, record: &Path) -> std::io::Result<()> {
+pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
     let script: Script = serde_json::from_slice(&std::fs::read(script)?)
         .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
     let mut agent = ScriptedAgent::new(script);
@@ -88,17 +88,10 @@ pub async fn serve_peer(script: &Path, record: &Path) -> std::io::Result<()> {
     }
 }
 
-/// How a client run is set up.
-pub struct ClientRunOptions {
-    pub target: Target,
-    pub jobs: usize,
-    pub strict: bool,
-}
-
 /// Runs the client `cases` and reports.
 pub async fn run(
-    options: &ClientRunOptions,
-    cases: Vec<Case<ClientStep>>,
+    options: &crate::suite::RunOptions,
+    cases: Vec<Case<super::ClientCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     if let Target::Unix(_) = options.target {
@@ -110,19 +103,12 @@ pub async fn run(
         .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
     let ctx = (options.target.clone(), exe, options.strict);
     let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
-    Ok(RunReport::new(
-        crate::protocols::Protocol::Acp,
-        "client",
-        options.target.to_string(),
-        options.strict,
-        results,
-        vec![],
-    ))
+    Ok(super::CLIENT.report(options, results, vec![]))
 }
 
 async fn run_nth(
     ctx: Arc<(Target, PathBuf, bool)>,
-    cases: Arc<Vec<Case<ClientStep>>>,
+    cases: Arc<Vec<Case<super::ClientCases>>>,
     i: usize,
 ) -> CaseResult {
     let (target, exe, strict) = &*ctx;
@@ -130,7 +116,7 @@ async fn run_nth(
 }
 
 async fn run_case(
-    case: &Case<ClientStep>,
+    case: &Case<super::ClientCases>,
     target: &Target,
     exe: &Path,
     strict: bool,
@@ -189,13 +175,13 @@ fn transcript(events: &[Event], client_log: &str) -> Vec<TranscriptEntry> {
 /// Runs the client against the case's scripted agent; returns the agent's
 /// record, how the client ended, and what it logged.
 async fn observe(
-    case: &Case<ClientStep>,
+    case: &Case<super::ClientCases>,
     target: &Target,
     exe: &Path,
     started: Instant,
 ) -> Result<(Vec<Event>, ClientEnd, String), String> {
-    let script = Script::of(case)?;
-    let peer = crate::peer::prepare("conform-acpc-", "acp", exe, &script)?;
+    let script = &case.config;
+    let peer = crate::peer::prepare("conform-acpc-", "acp", exe, script)?;
     let work = peer.dir.path().join("work");
     std::fs::create_dir(&work).map_err(|e| format!("cannot create the client's cwd: {e}"))?;
     let agent = peer.command.clone();

@@ -5,12 +5,11 @@
 
 use super::editor::Editor;
 use super::monitor::{self, Incoming, Monitor};
-use super::steps::{AnswerRule, Config, Expect, NamedCheck, Permission, Setup, Step};
+use super::steps::{AnswerRule, Config, Expect, NamedCheck, Need, Permission, Setup, Step};
 use super::table;
 use crate::case::{Case, Level};
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{CaseResult, Direction, Outcome, SkipKind, TranscriptEntry};
-use crate::requirements::Catalogue;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
@@ -39,52 +38,61 @@ pub struct Probe {
 
 impl Probe {
     /// Why a case with `needs` does not apply to this agent, if it does not.
-    pub fn skip_reason(&self, needs: &[String]) -> Option<(String, SkipKind)> {
+    pub fn skip_reason(&self, needs: &[Need]) -> Option<(String, SkipKind)> {
+        let offers = |key: &str| {
+            self.session
+                .as_ref()
+                .ok()
+                .and_then(|s| s.get(key))
+                .and_then(Value::as_array)
+                .is_some_and(|m| !m.is_empty())
+        };
         for need in needs {
-            let met = match need.as_str() {
-                "session" => self.session.is_ok(),
-                "modes" => self
+            let met = match need {
+                Need::Session => self.session.is_ok(),
+                Need::Modes => self
                     .session
                     .as_ref()
                     .ok()
                     .and_then(|s| s.pointer("/modes/availableModes"))
                     .and_then(Value::as_array)
                     .is_some_and(|m| !m.is_empty()),
-                "configOptions" => self
-                    .session
-                    .as_ref()
-                    .ok()
-                    .and_then(|s| s.get("configOptions"))
-                    .and_then(Value::as_array)
-                    .is_some_and(|m| !m.is_empty()),
-                "authMethods" => self
+                Need::ConfigOptions => offers("configOptions"),
+                Need::AuthMethods => self
                     .initialize
                     .as_ref()
                     .and_then(|i| i.get("authMethods"))
                     .and_then(Value::as_array)
                     .is_some_and(|m| !m.is_empty()),
-                other => {
-                    table::advertised(&self.capabilities, &format!("/{}", other.replace('.', "/")))
+                Need::Capability(path) => {
+                    table::advertised(&self.capabilities, &format!("/{}", path.replace('.', "/")))
                 }
             };
-            if !met {
-                // A session the agent could not create (no credentials, no
-                // model) is outside its declaration; the rest it declared.
-                let kind = match (need.as_str(), &self.session) {
-                    ("session" | "modes" | "configOptions", Err(_)) => SkipKind::Outside,
-                    _ => SkipKind::Declared,
-                };
-                let why = match (need.as_str(), &self.session) {
-                    ("session" | "modes" | "configOptions", Err(why)) => why.clone(),
-                    ("modes", _) => "the agent's session/new result offers no modes".into(),
-                    ("configOptions", _) => {
-                        "the agent's session/new result offers no config options".into()
-                    }
-                    ("authMethods", _) => "the agent advertises no authMethods".into(),
-                    (other, _) => format!("the agent does not advertise agentCapabilities.{other}"),
-                };
-                return Some((why, kind));
+            if met {
+                continue;
             }
+            // A session the agent could not create (no credentials, no
+            // model) is outside its declaration; the rest it declared.
+            let of_session = matches!(need, Need::Session | Need::Modes | Need::ConfigOptions);
+            return Some(match (&self.session, need) {
+                (Err(why), _) if of_session => (why.clone(), SkipKind::Outside),
+                (_, Need::Modes) => (
+                    "the agent's session/new result offers no modes".into(),
+                    SkipKind::Declared,
+                ),
+                (_, Need::ConfigOptions) => (
+                    "the agent's session/new result offers no config options".into(),
+                    SkipKind::Declared,
+                ),
+                (_, Need::AuthMethods) => (
+                    "the agent advertises no authMethods".into(),
+                    SkipKind::Declared,
+                ),
+                (_, other) => (
+                    format!("the agent does not advertise agentCapabilities.{other}"),
+                    SkipKind::Declared,
+                ),
+            });
         }
         None
     }
@@ -95,7 +103,6 @@ pub struct Context {
     /// The command line that starts one agent.
     pub command: String,
     pub strict: bool,
-    pub catalogue: Catalogue,
     pub probe: Probe,
     pub startup: Duration,
 }
@@ -274,7 +281,7 @@ struct CaseRun<'a> {
 }
 
 impl Context {
-    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+    pub async fn run_case(&self, case: &Case<super::AgentCases>) -> CaseResult {
         let started = Instant::now();
         let result =
             |outcome: Outcome, message: String, transcript: Vec<TranscriptEntry>| CaseResult {
@@ -294,14 +301,7 @@ impl Context {
                 ..result(Outcome::Skip, why, vec![])
             };
         }
-        let config: Config = if case.config.is_null() {
-            Config::default()
-        } else {
-            match serde_json::from_value(case.config.clone()) {
-                Ok(c) => c,
-                Err(e) => return result(Outcome::Error, format!("case config: {e}"), vec![]),
-            }
-        };
+        let config: Config = case.config.clone();
         let workspace = match super::workspace() {
             Ok(w) => w,
             Err(e) => return result(Outcome::Error, e, vec![]),
@@ -1162,7 +1162,7 @@ impl CaseRun<'_> {
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
     }
 
-    fn grade(&mut self, case: &Case<Step>) -> (Outcome, String) {
+    fn grade(&mut self, case: &Case<super::AgentCases>) -> (Outcome, String) {
         if let Some(e) = &self.conform_error {
             return (Outcome::Error, e.clone());
         }
@@ -1176,9 +1176,8 @@ impl CaseRun<'_> {
         };
         let mut lines: Vec<String> = self.findings.clone();
         for v in &self.monitor.violations {
-            let level = self
-                .ctx
-                .catalogue
+            let level = super::AGENT
+                .catalogue()
                 .get(&v.requirement)
                 .map(|r| r.level)
                 .unwrap_or(Level::Must);
@@ -1242,19 +1241,19 @@ mod tests {
                 json!({"sessionId": "s", "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]}}),
             ),
         };
+        let need = |n: &str| -> Need { serde_json::from_value(json!(n)).unwrap() };
         assert_eq!(
-            probe.skip_reason(&["loadSession".into(), "modes".into()]),
+            probe.skip_reason(&[need("loadSession"), need("modes")]),
             None
         );
-        assert_eq!(
-            probe.skip_reason(&["sessionCapabilities.list".into()]),
-            None
-        );
+        assert_eq!(probe.skip_reason(&[need("sessionCapabilities.list")]), None);
         assert!(
             probe
-                .skip_reason(&["sessionCapabilities.resume".into()])
+                .skip_reason(&[need("sessionCapabilities.resume")])
                 .is_some()
         );
-        assert!(probe.skip_reason(&["configOptions".into()]).is_some());
+        assert!(probe.skip_reason(&[need("configOptions")]).is_some());
+        // A need the schema has no capability for is a bad case file.
+        assert!(serde_json::from_value::<Need>(json!("sessionCapabilities.lst")).is_err());
     }
 }

@@ -11,10 +11,9 @@
 //! after lines that are not, that it keeps serving is graded SHOULD, as the
 //! suite's `acp.jsonrpc.parse-error` reading does.
 
+use super::command_for;
 use super::driver::{self, Context};
 use super::schema::{self, Side};
-use super::steps::Step;
-use super::{catalogue, command_for};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -49,7 +48,8 @@ const OWN_IDS: i64 = 16;
 /// the workspace, then one message for each client-to-agent method of the
 /// schema the corpus does not send, and an unsolicited response.
 fn golden() -> Result<Vec<Value>, RunError> {
-    let cases = super::load_cases(&[]).map_err(|e| RunError::Conform(e.to_string()))?;
+    let cases = crate::case::load::<super::AgentCases>(&[])
+        .map_err(|e| RunError::Conform(e.to_string()))?;
     let mut out: Vec<Value> = Vec::new();
     let mut id = 100;
     let mut push = |out: &mut Vec<Value>, method: &str, params: Value, notification: bool| {
@@ -138,6 +138,18 @@ fn clear_ids(v: &mut Value) {
     }
 }
 
+/// `conform fuzz --protocol acp`: a fresh agent per input.
+pub fn start<'a>(
+    setup: crate::suite::FuzzSetup,
+    options: &'a fuzz::Options,
+    progress: &'a mut dyn FnMut(&str),
+) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
+    Box::pin(async move {
+        let h = Harness::new(setup.target, setup.startup, setup.timeout).await?;
+        Ok((fuzz::fuzz(Arc::new(h), options, progress).await?, vec![]))
+    })
+}
+
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
         let command = command_for(&target)?;
@@ -148,7 +160,6 @@ impl Harness {
             ctx: Arc::new(Context {
                 command,
                 strict: false,
-                catalogue: catalogue(),
                 probe,
                 startup,
             }),
@@ -236,7 +247,7 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            match fuzz::parse_generated::<Step>(case) {
+            match fuzz::parse_generated::<super::AgentCases>(case) {
                 Ok(case) => self.ctx.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }

@@ -12,56 +12,109 @@ pub mod scripted;
 pub mod steps;
 pub mod table;
 
-use crate::case::{self, Case, CaseFileError};
+use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
-use crate::requirements::Catalogue;
 use crate::runner;
+use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use std::sync::Arc;
-use std::time::Duration;
-use steps::Step;
+use steps::{Need, Step};
 
 pub const CATALOGUE: &str = "acp/requirements.json";
 
-/// The requirement catalogue of the protocol.
-pub fn catalogue() -> Catalogue {
-    Catalogue::parse(crate::corpus::file(CATALOGUE).unwrap_or("{}"))
-        .expect("the embedded catalogue parses (a corpus test checks it)")
-}
+/// Agents: conform plays the editor.
+pub const AGENT: Suite = Suite {
+    protocol: Protocol::Acp,
+    role: Role::Agent,
+    catalogue: CATALOGUE,
+    watched: monitor::rules::EVERY_MESSAGE,
+    load: suite::load::<AgentCases>,
+    fuzz: Some(suite::FuzzEntry {
+        start: fuzz::start,
+        jobs: 4,
+    }),
+    reference: Some(serve_reference),
+    peer: None,
+};
 
-/// The embedded cases plus `extra` files, checked.
-pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
-    case::load_corpus("acp/cases", &catalogue(), extra, &|c: &Case<Step>| {
-        if !c.config.is_null() {
-            serde_json::from_value::<steps::Config>(c.config.clone())
-                .map_err(|e| format!("config: {e}"))?;
-        }
-        if c.for_each.is_some() || !c.finally.is_empty() {
-            return Err("acp cases take no for_each or finally".into());
+/// Clients: conform plays an agent the client spawns.
+pub const CLIENT: Suite = Suite {
+    protocol: Protocol::Acp,
+    role: Role::Client,
+    catalogue: CATALOGUE,
+    watched: scripted::rules::EVERY_MESSAGE,
+    load: suite::load::<ClientCases>,
+    fuzz: None,
+    reference: None,
+    peer: Some(|script, record| Box::pin(client_role::serve_peer(script, record))),
+};
+
+/// The agent cases' language.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentCases;
+
+impl Dialect for AgentCases {
+    type Step = Step;
+    type Need = Need;
+    type Config = steps::Config;
+    const PROTOCOL: Protocol = Protocol::Acp;
+    const DIR: &'static str = "acp/cases";
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().enumerate() {
+            s.validate().map_err(|m| format!("step {i}: {m}"))?;
         }
         Ok(())
-    })
-}
-
-/// The embedded client cases (`--role client`) plus `extra` files, checked.
-pub fn load_client_cases(
-    extra: &[(String, String)],
-) -> Result<Vec<Case<scripted::ClientStep>>, CaseFileError> {
-    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
-        scripted::ClientStep,
-    >| {
-        if c.for_each.is_some() || !c.finally.is_empty() || !c.needs.is_empty() {
-            return Err("client cases take no for_each, needs or finally".into());
-        }
-        scripted::Script::of(c).map(|_| ())
-    })
-}
-
-impl case::CheckedStep for Step {
-    fn check(&self) -> Result<(), String> {
-        self.validate()
     }
+}
+
+impl suite::Run for AgentCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(run(options, cases, progress))
+    }
+}
+
+/// The client cases' language (`--role client`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCases;
+
+impl Dialect for ClientCases {
+    type Step = scripted::ClientStep;
+    type Need = NoNeed;
+    type Config = scripted::Script;
+    const PROTOCOL: Protocol = Protocol::Acp;
+    const DIR: &'static str = scripted::CASES_DIR;
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().enumerate() {
+            s.check().map_err(|m| format!("step {i}: {m}"))?;
+        }
+        case.config.check()
+    }
+}
+
+impl suite::Run for ClientCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(client_role::run(options, cases, progress))
+    }
+}
+
+/// `conform reference --protocol acp`: the reference agent on stdio.
+fn serve_reference(_: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(async {
+        reference::serve()
+            .await
+            .map_err(|e| RunError::Conform(format!("the reference agent failed: {e}")))
+    })
 }
 
 /// A fresh workspace: the `cwd` of a case's sessions, with the files the
@@ -78,14 +131,6 @@ pub fn workspace() -> Result<tempfile::TempDir, String> {
     };
     setup().map_err(|e| format!("cannot fill the workspace: {e}"))?;
     Ok(dir)
-}
-
-/// How a run is set up.
-pub struct RunOptions {
-    pub target: Target,
-    pub jobs: usize,
-    pub strict: bool,
-    pub startup_timeout: Duration,
 }
 
 /// The command line that starts one agent for `target`.
@@ -108,9 +153,17 @@ pub fn command_for(target: &Target) -> Result<String, RunError> {
 }
 
 /// Runs `cases` against the target and reports.
+async fn run_nth(
+    ctx: Arc<driver::Context>,
+    cases: Arc<Vec<Case<AgentCases>>>,
+    i: usize,
+) -> CaseResult {
+    ctx.run_case(&cases[i]).await
+}
+
 pub async fn run(
     options: &RunOptions,
-    cases: Vec<Case<Step>>,
+    cases: Vec<Case<AgentCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let command = command_for(&options.target)?;
@@ -123,44 +176,26 @@ pub async fn run(
             "no session could be created, so every case that needs one is skipped: {why}"
         ));
     }
-    let ctx = Arc::new(driver::Context {
+    let ctx = driver::Context {
         command,
         strict: options.strict,
-        catalogue: catalogue(),
         probe,
         startup: options.startup_timeout,
-    });
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let ctx = ctx.clone();
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let ctx = ctx.clone();
-            let cases = cases.clone();
-            Box::pin(async move { ctx.run_case(&cases[i]).await })
-        })
     };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     notes.push(coverage_note(&results));
-    Ok(RunReport::new(
-        crate::protocols::Protocol::Acp,
-        "agent",
-        options.target.to_string(),
-        options.strict,
-        results,
-        notes,
-    ))
+    Ok(AGENT.report(options, results, notes))
 }
 
 /// How much of the agent-side catalogue the run exercised: requirements
 /// with at least one case that ran (not skipped), of those with cases.
 fn coverage_note(results: &[CaseResult]) -> String {
     use std::collections::BTreeSet;
-    let catalogue = catalogue();
-    let agent: BTreeSet<&str> = catalogue
+    let agent: BTreeSet<&str> = AGENT
+        .catalogue()
         .requirements
         .iter()
-        .filter(|r| r.role == "agent")
+        .filter(|r| r.role == Role::Agent)
         .map(|r| r.id.as_str())
         .collect();
     let mut with_case = BTreeSet::new();

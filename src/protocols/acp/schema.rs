@@ -118,6 +118,40 @@ impl Schema {
         self.root.get("$defs")?.get(name)
     }
 
+    /// Whether definition `def` has the property at the dotted `path`
+    /// (`sessionCapabilities.list`), following `$ref`s through the properties.
+    pub fn has_property(&self, def: &str, path: &str) -> bool {
+        let mut node = self.definition(def);
+        for part in path.split('.') {
+            let Some(prop) = node
+                .and_then(|n| n.get("properties"))
+                .and_then(|p| p.get(part))
+            else {
+                return false;
+            };
+            // A property refers to its definition directly or through anyOf/allOf.
+            let refs = std::iter::once(prop)
+                .chain(
+                    ["anyOf", "allOf"]
+                        .iter()
+                        .filter_map(|k| prop.get(*k))
+                        .flat_map(|a| {
+                            a.as_array()
+                                .map(|v| v.as_slice())
+                                .unwrap_or_default()
+                                .iter()
+                        }),
+                )
+                .filter_map(|v| v.get("$ref").and_then(Value::as_str))
+                .next();
+            node = match refs {
+                Some(r) => r.rsplit('/').next().and_then(|name| self.definition(name)),
+                None => Some(prop),
+            };
+        }
+        true
+    }
+
     /// Whether definition `def` is an object with no required field, so
     /// that `null` may stand for it: the pages' own examples answer
     /// `session/load` and `fs/write_text_file` with `null` where the schema
@@ -249,6 +283,16 @@ fn brief_message(e: &ValidationError<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capability_paths_follow_the_refs() {
+        let s = schema();
+        assert!(s.has_property("AgentCapabilities", "loadSession"));
+        assert!(s.has_property("AgentCapabilities", "sessionCapabilities.list"));
+        assert!(s.has_property("AgentCapabilities", "promptCapabilities.image"));
+        assert!(!s.has_property("AgentCapabilities", "sessionCapabilities.lst"));
+        assert!(!s.has_property("AgentCapabilities", "loadSessions"));
+    }
 
     #[test]
     fn the_method_table_comes_from_the_schema_and_agrees_with_meta() {

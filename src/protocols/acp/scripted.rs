@@ -121,19 +121,16 @@ pub struct Script {
 }
 
 impl Script {
-    pub fn of(case: &Case<ClientStep>) -> Result<Script, String> {
-        let script: Script = if case.config.is_null() {
-            Script::default()
-        } else {
-            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
-        };
-        for (i, a) in script.turn.iter().enumerate() {
-            a.check().map_err(|e| format!("turn action {i}: {e}"))?;
+    /// Checks what serde cannot; called at load.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, a) in self.turn.iter().enumerate() {
+            a.check()
+                .map_err(|e| format!("config: turn action {i}: {e}"))?;
         }
-        if script.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
-            return Err("deadline is between 0 and 600 seconds".into());
+        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
+            return Err("config: deadline is between 0 and 600 seconds".into());
         }
-        Ok(script)
+        Ok(())
     }
 
     pub fn deadline_seconds(&self) -> f64 {
@@ -186,8 +183,9 @@ fn one() -> usize {
     1
 }
 
-impl crate::case::CheckedStep for ClientStep {
-    fn check(&self) -> Result<(), String> {
+impl ClientStep {
+    /// Checks a step is one check with the parts that fit it; called at load.
+    pub fn check(&self) -> Result<(), String> {
         let kinds = [
             self.answered.is_some(),
             self.sends.is_some(),
@@ -471,11 +469,16 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
 }
 
 /// Grades what the client did in `case`.
-pub fn grade(case: &Case<ClientStep>, events: &[Event], end: ClientEnd, strict: bool) -> Grade {
+pub fn grade(
+    case: &Case<super::ClientCases>,
+    events: &[Event],
+    end: ClientEnd,
+    strict: bool,
+) -> Grade {
     let r = read(events);
     // A turn needing a capability the client did not advertise is not applicable.
-    if let Ok(script) = Script::of(case) {
-        for a in &script.turn {
+    {
+        for a in &case.config.turn {
             if let Some(cap) = a.request.as_deref().and_then(capability_of)
                 && r.capabilities.pointer(cap) != Some(&json!(true))
                 && !r.capabilities.is_null()

@@ -21,6 +21,54 @@ fn empty_object() -> Value {
     Value::Object(Default::default())
 }
 
+/// What an agent case needs the agent to offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need {
+    /// A session `session/new` creates.
+    Session,
+    /// Modes in the `session/new` result.
+    Modes,
+    /// Config options in the `session/new` result.
+    ConfigOptions,
+    /// `authMethods` in the `initialize` result.
+    AuthMethods,
+    /// An `agentCapabilities` entry, by its dotted path in the schema's
+    /// `AgentCapabilities` (`loadSession`, `sessionCapabilities.list`).
+    Capability(String),
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Need::Session => "session",
+            Need::Modes => "modes",
+            Need::ConfigOptions => "configOptions",
+            Need::AuthMethods => "authMethods",
+            Need::Capability(path) => path,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Need {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(match name.as_str() {
+            "session" => Need::Session,
+            "modes" => Need::Modes,
+            "configOptions" => Need::ConfigOptions,
+            "authMethods" => Need::AuthMethods,
+            path if super::schema::schema().has_property("AgentCapabilities", path) => {
+                Need::Capability(path.to_owned())
+            }
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "unknown need {other:?}: session, modes, configOptions, authMethods, or an agentCapabilities path of the schema"
+                )));
+            }
+        })
+    }
+}
+
 /// The client capabilities conform advertises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]

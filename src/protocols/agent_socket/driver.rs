@@ -1,10 +1,10 @@
 //! Runs agent-socket cases against a server on a Unix socket, playing Vibe:
 //! one connection per request, one request line, one reply line.
 
-use super::steps::{Expect, NamedCheck, Pause, Raw, ReplyRule, Send, Step};
+use super::steps::{Expect, NamedCheck, Need, Pause, Raw, ReplyRule, Send, Step};
 use super::table::{self, Deadline};
 use super::validate::{self, DeclaredSandbox, DeclaredTool};
-use crate::case::Case;
+use crate::case::{Case, ForEach};
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{
@@ -200,7 +200,7 @@ impl Session {
     /// or tools the server declares it has none of make the case not
     /// applicable; a failed handshake or an unusable declaration leaves it
     /// unexercised.
-    pub fn skip_reason(&self, needs: &[String]) -> Option<(String, SkipKind)> {
+    pub fn skip_reason(&self, needs: &[Need]) -> Option<(String, SkipKind)> {
         let handshake = || {
             self.declared
                 .handshake_failed
@@ -208,15 +208,15 @@ impl Session {
                 .map(|_| ("the handshake failed".to_owned(), SkipKind::Outside))
         };
         for need in needs {
-            let why = match need.as_str() {
-                "sandbox" => match &self.declared.sandbox_unusable {
+            let why = match need {
+                Need::Sandbox => match &self.declared.sandbox_unusable {
                     Some(why) if self.declared.sandbox_declared_none => {
                         Some((why.clone(), SkipKind::Declared))
                     }
                     Some(why) => Some((why.clone(), SkipKind::Outside)),
                     None => None,
                 },
-                "tools" => handshake().or_else(|| {
+                Need::Tools => handshake().or_else(|| {
                     self.declared.tools.is_empty().then(|| {
                         (
                             "the server declares no tools".to_owned(),
@@ -224,11 +224,7 @@ impl Session {
                         )
                     })
                 }),
-                "handshake" => handshake(),
-                other => Some((
-                    format!("unknown capability `{other}` in the case"),
-                    SkipKind::Outside,
-                )),
+                Need::Handshake => handshake(),
             };
             if why.is_some() {
                 return why;
@@ -238,7 +234,7 @@ impl Session {
     }
 
     /// Runs one case to its result.
-    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+    pub async fn run_case(&self, case: &Case<super::ServerCases>) -> CaseResult {
         let started = Instant::now();
         let mut run = CaseRun {
             session: self,
@@ -271,9 +267,9 @@ impl Session {
             skip_kind = Some(kind);
             Outcome::Skip
         } else {
-            let rounds: Vec<Option<&DeclaredTool>> = match case.for_each.as_deref() {
-                Some("tool") => self.declared.tools.iter().map(Some).collect(),
-                _ => vec![None],
+            let rounds: Vec<Option<&DeclaredTool>> = match case.for_each {
+                Some(ForEach::Tool) => self.declared.tools.iter().map(Some).collect(),
+                None => vec![None],
             };
             for tool in rounds {
                 if let Some(t) = tool {

@@ -11,8 +11,7 @@
 //! JSON-RPC response whose id is null or the request's; an unchanged request
 //! is answered before the deadline; the server serves the probe.
 
-use super::steps::Step;
-use super::{Started, start, stop, table};
+use super::{Started, stop, table};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -97,7 +96,8 @@ const PER_METHOD: usize = 3;
 /// for the driver to expand against the live target. Commands that sleep,
 /// start Python or write megabytes are left out, to keep the inputs fast.
 fn golden(session: &Session) -> Result<Vec<Value>, RunError> {
-    let cases = super::load_cases(&[]).map_err(|e| RunError::Conform(e.to_string()))?;
+    let cases = crate::case::load::<super::ServerCases>(&[])
+        .map_err(|e| RunError::Conform(e.to_string()))?;
     let tool = session.declared.tools.first().map(|t| {
         (
             t.full_name.clone(),
@@ -150,9 +150,24 @@ fn golden(session: &Session) -> Result<Vec<Value>, RunError> {
     Ok(out)
 }
 
+/// `conform fuzz --protocol agent-socket`: the harness on the target, the
+/// fuzzer, then the target stopped with what it said on the way out.
+pub fn start<'a>(
+    setup: crate::suite::FuzzSetup,
+    options: &'a fuzz::Options,
+    progress: &'a mut dyn FnMut(&str),
+) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
+    Box::pin(async move {
+        let h = Arc::new(Harness::new(setup.target, setup.startup, setup.timeout).await?);
+        let report = fuzz::fuzz(h.clone(), options, progress).await;
+        let notes = h.finish().await;
+        Ok((report?, notes))
+    })
+}
+
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
-        let started = start(&target, startup).await?;
+        let started = super::start(&target, startup).await?;
         let session = Self::session(&started).await;
         if let Some(why) = &session.declared.handshake_failed {
             return Err(RunError::Target(format!("the handshake failed: {why}")));
@@ -327,7 +342,7 @@ impl fuzz::Harness for Harness {
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         let session = self.session_now();
         Box::pin(async move {
-            match fuzz::parse_generated::<Step>(case) {
+            match fuzz::parse_generated::<super::ServerCases>(case) {
                 Ok(case) => session.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }
@@ -343,7 +358,7 @@ impl fuzz::Harness for Harness {
             let mut started = self.started.lock().await;
             let mut notes = Vec::new();
             stop(&mut started, &mut notes).await;
-            *started = start(&self.target, self.startup).await?;
+            *started = super::start(&self.target, self.startup).await?;
             let session = Self::session(&started).await;
             if let Ok(mut live) = self.live.lock() {
                 *live = Arc::new(session);

@@ -12,68 +12,138 @@ pub mod steps;
 pub mod table;
 pub mod validate;
 
-use crate::case::{self, Case, CaseFileError};
+use crate::case::{Case, Dialect, NoConfig, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
-use crate::requirements::Catalogue;
 use crate::runner;
+use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
 use driver::Session;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use steps::Step;
+use steps::{Need, Step};
 
 pub const CATALOGUE: &str = "agent-socket/requirements.json";
 
-/// The requirement catalogue of the protocol.
-pub fn catalogue() -> Catalogue {
-    Catalogue::parse(crate::corpus::file(CATALOGUE).unwrap_or("{}"))
-        .expect("the embedded catalogue parses (a corpus test checks it)")
-}
+/// Servers: conform plays Vibe.
+pub const SERVER: Suite = Suite {
+    protocol: Protocol::AgentSocket,
+    role: Role::Server,
+    catalogue: CATALOGUE,
+    watched: &[],
+    load: suite::load::<ServerCases>,
+    fuzz: Some(suite::FuzzEntry {
+        start: fuzz::start,
+        jobs: 32,
+    }),
+    reference: Some(serve_reference),
+    peer: None,
+};
 
-/// The embedded cases plus `extra` files, checked.
-pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
-    case::load_corpus("agent-socket/cases", &catalogue(), extra, &|c: &Case<
-        Step,
-    >| {
-        if !c.config.is_null() {
-            return Err("agent-socket cases take no `config`".into());
-        }
-        match c.for_each.as_deref() {
-            None | Some("tool") => Ok(()),
-            Some(_) => Err("for_each is `tool` or nothing".into()),
-        }
-    })
-}
+/// Clients: conform plays the server.
+pub const CLIENT: Suite = Suite {
+    protocol: Protocol::AgentSocket,
+    role: Role::Client,
+    catalogue: CATALOGUE,
+    watched: scripted::rules::EVERY_MESSAGE,
+    load: suite::load::<ClientCases>,
+    fuzz: None,
+    reference: None,
+    peer: None,
+};
 
-/// The embedded client cases (`--role client`) plus `extra` files, checked.
-pub fn load_client_cases(
-    extra: &[(String, String)],
-) -> Result<Vec<Case<scripted::ClientStep>>, CaseFileError> {
-    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
-        scripted::ClientStep,
-    >| {
-        if c.for_each.is_some() || !c.needs.is_empty() || !c.finally.is_empty() {
-            return Err("client cases take no for_each, needs or finally".into());
-        }
-        scripted::ClientConfig::of(c).map(|_| ())
-    })
-}
+/// The server cases' language.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerCases;
 
-impl case::CheckedStep for Step {
-    fn check(&self) -> Result<(), String> {
-        self.validate()
+impl Dialect for ServerCases {
+    type Step = Step;
+    type Need = Need;
+    type Config = NoConfig;
+    const PROTOCOL: Protocol = Protocol::AgentSocket;
+    const DIR: &'static str = "agent-socket/cases";
+    const LOOPS: bool = true;
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().chain(&case.finally).enumerate() {
+            s.validate().map_err(|m| format!("step {i}: {m}"))?;
+        }
+        Ok(())
     }
 }
 
-/// How a run is set up.
-pub struct RunOptions {
-    pub target: Target,
-    pub jobs: usize,
-    pub strict: bool,
-    pub startup_timeout: Duration,
+impl suite::Run for ServerCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(run(options, cases, progress))
+    }
+}
+
+/// The client cases' language (`--role client`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCases;
+
+impl Dialect for ClientCases {
+    type Step = scripted::ClientStep;
+    type Need = NoNeed;
+    type Config = scripted::ClientConfig;
+    const PROTOCOL: Protocol = Protocol::AgentSocket;
+    const DIR: &'static str = scripted::CASES_DIR;
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().enumerate() {
+            s.check().map_err(|m| format!("step {i}: {m}"))?;
+        }
+        case.config.check()
+    }
+}
+
+impl suite::Run for ClientCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(scripted_server::run(options, cases, progress))
+    }
+}
+
+/// `conform reference --protocol agent-socket --listen PATH`: the reference
+/// server until SIGTERM or Ctrl-C.
+fn serve_reference(options: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(async move {
+        let Some(listen) = options.listen else {
+            return Err(RunError::Usage(
+                "agent-socket's reference needs --listen PATH".into(),
+            ));
+        };
+        let (_tmp, workspace) = match options.workspace {
+            Some(w) => (None, w),
+            None => {
+                let t = private_dir("conform-as-workspace-")?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let (task, running) = start_reference(&listen, &workspace)
+            .await
+            .map_err(|e| RunError::Usage(format!("cannot listen on {}: {e}", listen.display())))?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| RunError::Conform(e.to_string()))?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        task.abort();
+        running.kill_all();
+        let _ = std::fs::remove_file(&listen);
+        Ok(())
+    })
 }
 
 /// A started target and what must be undone at the end.
@@ -240,10 +310,18 @@ async fn stop(started: &mut Started, notes: &mut Vec<String>) {
     }
 }
 
+async fn run_nth(
+    session: Arc<Session>,
+    cases: Arc<Vec<Case<ServerCases>>>,
+    i: usize,
+) -> CaseResult {
+    session.run_case(&cases[i]).await
+}
+
 /// Runs `cases` against the target and reports.
 pub async fn run(
     options: &RunOptions,
-    cases: Vec<Case<Step>>,
+    cases: Vec<Case<ServerCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let mut started = start(&options.target, options.startup_timeout).await?;
@@ -254,25 +332,7 @@ pub async fn run(
     if let Some(why) = &session.declared.handshake_failed {
         notes.push(format!("the handshake failed: {why}"));
     }
-    let session = Arc::new(session);
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let session = session.clone();
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let session = session.clone();
-            let cases = cases.clone();
-            Box::pin(async move { session.run_case(&cases[i]).await })
-        })
-    };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let results = runner::run_with(cases, options.jobs, session, run_nth, progress).await;
     stop(&mut started, &mut notes).await;
-    Ok(RunReport::new(
-        crate::protocols::Protocol::AgentSocket,
-        "server",
-        options.target.to_string(),
-        options.strict,
-        results,
-        notes,
-    ))
+    Ok(SERVER.report(options, results, notes))
 }

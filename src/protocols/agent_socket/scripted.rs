@@ -108,8 +108,9 @@ pub enum ExitClass {
     Nonzero,
 }
 
-impl crate::case::CheckedStep for ClientStep {
-    fn check(&self) -> Result<(), String> {
+impl ClientStep {
+    /// Checks a step is one check with the parts that fit it; called at load.
+    pub fn check(&self) -> Result<(), String> {
         let kinds = [
             self.sends.is_some(),
             self.never_sends.is_some(),
@@ -206,19 +207,16 @@ struct ServeFile {
 }
 
 impl ClientConfig {
-    pub fn of(case: &Case<ClientStep>) -> Result<ClientConfig, String> {
-        let config: ClientConfig = if case.config.is_null() {
-            ClientConfig::default()
-        } else {
-            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
-        };
-        for (method, rule) in &config.serve {
-            rule.check().map_err(|e| format!("serve {method}: {e}"))?;
+    /// Checks what serde cannot; called at load.
+    pub fn check(&self) -> Result<(), String> {
+        for (method, rule) in &self.serve {
+            rule.check()
+                .map_err(|e| format!("config: serve {method}: {e}"))?;
         }
-        if config.deadline.is_some_and(|d| !(d > 0.0 && d <= 3600.0)) {
-            return Err("deadline is between 0 and 3600 seconds".into());
+        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 3600.0)) {
+            return Err("config: deadline is between 0 and 3600 seconds".into());
         }
-        Ok(config)
+        Ok(())
     }
 
     pub fn deadline_seconds(&self) -> f64 {
@@ -448,7 +446,12 @@ pub struct Observation {
 }
 
 /// Grades what the client did in `case`.
-pub fn grade(case: &Case<ClientStep>, script: &Script, obs: &Observation, strict: bool) -> Grade {
+pub fn grade(
+    case: &Case<super::ClientCases>,
+    script: &Script,
+    obs: &Observation,
+    strict: bool,
+) -> Grade {
     let mut found = Findings {
         broken: every_message(script, obs),
         ..Findings::default()

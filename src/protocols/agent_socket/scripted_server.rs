@@ -3,7 +3,7 @@
 //! records every connection for [`scripted::grade`]. The IO half; the
 //! answers and the grading are sans-IO in [`scripted`].
 
-use super::scripted::{self, ClientConfig, ClientEnd, ClientStep, Exchange, Observation, Script};
+use super::scripted::{self, ClientEnd, Exchange, Observation, Script};
 use super::{reference, reference_client};
 use crate::case::Case;
 use crate::error::RunError;
@@ -26,17 +26,10 @@ const MAX_CONNECTIONS: usize = 256;
 /// How long conform lets connections settle after the client ended.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// How a client run is set up.
-pub struct ClientRunOptions {
-    pub target: Target,
-    pub jobs: usize,
-    pub strict: bool,
-}
-
 /// Runs the client `cases` and reports.
 pub async fn run(
-    options: &ClientRunOptions,
-    cases: Vec<Case<ClientStep>>,
+    options: &crate::suite::RunOptions,
+    cases: Vec<Case<super::ClientCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     if let Target::Unix(_) = options.target {
@@ -50,14 +43,7 @@ pub async fn run(
         options.strict,
     );
     let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
-    Ok(RunReport::new(
-        crate::protocols::Protocol::AgentSocket,
-        "client",
-        options.target.to_string(),
-        options.strict,
-        results,
-        vec![],
-    ))
+    Ok(super::CLIENT.report(options, results, vec![]))
 }
 
 /// The shared record of one case.
@@ -115,7 +101,7 @@ impl Record {
 
 async fn run_nth(
     ctx: Arc<(Target, String, bool)>,
-    cases: Arc<Vec<Case<ClientStep>>>,
+    cases: Arc<Vec<Case<super::ClientCases>>>,
     i: usize,
 ) -> CaseResult {
     let (target, python, strict) = &*ctx;
@@ -123,7 +109,7 @@ async fn run_nth(
 }
 
 async fn run_case(
-    case: &Case<ClientStep>,
+    case: &Case<super::ClientCases>,
     target: &Target,
     python: &str,
     strict: bool,
@@ -160,17 +146,17 @@ async fn run_case(
 /// deadline, and returns what conform saw; `Err` when conform itself could
 /// not run the case.
 async fn observe(
-    case: &Case<ClientStep>,
+    case: &Case<super::ClientCases>,
     target: &Target,
     python: &str,
     record: &Record,
 ) -> Result<(Script, Observation), String> {
-    let config = ClientConfig::of(case)?;
+    let config = &case.config;
     let dir = super::private_dir("conform-asc-").map_err(|e| e.to_string())?;
     let workspace = dir.path().join("workspace");
     std::fs::create_dir(&workspace).map_err(|e| format!("cannot create the workspace: {e}"))?;
     let script = Arc::new(Script::new(
-        &config,
+        config,
         &workspace.display().to_string(),
         python,
     )?);

@@ -13,6 +13,28 @@ fn yes() -> bool {
     true
 }
 
+/// What a server case needs the server to declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Need {
+    /// A usable sandbox (`workspace` and `python`).
+    Sandbox,
+    /// At least one tool.
+    Tools,
+    /// A handshake that succeeded.
+    Handshake,
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Need::Sandbox => "sandbox",
+            Need::Tools => "tools",
+            Need::Handshake => "handshake",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Step {

@@ -5,7 +5,8 @@
 //! core (the `builtin` target). Grading is sans-IO in [`scripted`].
 
 use super::reference::{TOY_ENTRY, TOY_SHA256};
-use super::scripted::{self, CoreEnd, CoreStep, Event, Script, ScriptedHost};
+use super::scripted::{self, CoreEnd, Event, Script, ScriptedHost};
+use super::table::Tier;
 use crate::case::Case;
 use crate::error::RunError;
 use crate::matcher::truncate;
@@ -28,10 +29,10 @@ use tokio::time::Instant;
 /// Serves the scripted host of `script` on framed stdio, appending every
 /// event to `record`, until stdin closes, a broken frame arrives, or
 /// `host/shutdown`.
-pub async fn serve_peer(script: &Path, record: &Path) -> std::io::Result<()> {
+pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
     let script: Script = serde_json::from_slice(&std::fs::read(script)?)
         .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
-    let mut host = ScriptedHost::new(script).map_err(std::io::Error::other)?;
+    let mut host = ScriptedHost::new(script);
     let mut rec = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -124,16 +125,9 @@ pub async fn serve_peer(script: &Path, record: &Path) -> std::io::Result<()> {
     }
 }
 
-/// How a core run is set up.
-pub struct CoreRunOptions {
-    pub target: Target,
-    pub jobs: usize,
-    pub strict: bool,
-}
-
 pub async fn run(
-    options: &CoreRunOptions,
-    cases: Vec<Case<CoreStep>>,
+    options: &crate::suite::RunOptions,
+    cases: Vec<Case<super::CoreCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     if let Target::Unix(_) = options.target {
@@ -145,26 +139,24 @@ pub async fn run(
         .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
     let ctx = (options.target.clone(), exe, options.strict);
     let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
-    Ok(RunReport::new(
-        crate::protocols::Protocol::Cwx,
-        "core",
-        options.target.to_string(),
-        options.strict,
-        results,
-        vec![],
-    ))
+    Ok(super::CORE.report(options, results, vec![]))
 }
 
 async fn run_nth(
     ctx: Arc<(Target, PathBuf, bool)>,
-    cases: Arc<Vec<Case<CoreStep>>>,
+    cases: Arc<Vec<Case<super::CoreCases>>>,
     i: usize,
 ) -> CaseResult {
     let (target, exe, strict) = &*ctx;
     run_case(&cases[i], target, exe, *strict).await
 }
 
-async fn run_case(case: &Case<CoreStep>, target: &Target, exe: &Path, strict: bool) -> CaseResult {
+async fn run_case(
+    case: &Case<super::CoreCases>,
+    target: &Target,
+    exe: &Path,
+    strict: bool,
+) -> CaseResult {
     let started = Instant::now();
     let mut result = CaseResult::for_case(case, "");
     match observe(case, target, exe, started).await {
@@ -225,24 +217,24 @@ fn transcript(events: &[Event], core_log: &str) -> Vec<TranscriptEntry> {
 }
 
 async fn observe(
-    case: &Case<CoreStep>,
+    case: &Case<super::CoreCases>,
     target: &Target,
     exe: &Path,
     started: Instant,
 ) -> Result<(Vec<Event>, CoreEnd, String), String> {
-    let script = Script::of(case)?;
-    let peer = crate::peer::prepare("conform-cwxc-", "cwx", exe, &script)?;
+    let script = &case.config;
+    let peer = crate::peer::prepare("conform-cwxc-", "cwx", exe, script)?;
     let host = peer.command.clone();
     let record = peer.record.clone();
     let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
     let ms = || started.elapsed().as_millis() as u64;
     let builtin = {
-        let (host, tier) = (host.clone(), script.tier.clone());
-        async move { reference_core(&host, &tier).await }
+        let (host, tier) = (host.clone(), script.tier);
+        async move { reference_core(&host, tier).await }
     };
     let env = [
         ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
-        ("CONFORM_TIER", std::ffi::OsStr::new(&script.tier)),
+        ("CONFORM_TIER", std::ffi::OsStr::new(script.tier.name())),
         ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
     ];
     let ended = crate::peer::launch(
@@ -290,7 +282,7 @@ async fn observe(
 
 /// conform's reference core: the workload of the README ("Testing a
 /// core") against the host `host_cmd` of `tier`.
-pub async fn reference_core(host_cmd: &str, tier: &str) -> (i32, Vec<String>) {
+pub async fn reference_core(host_cmd: &str, tier: Tier) -> (i32, Vec<String>) {
     let mut log = Vec::new();
     let mut stream = match LineStream::spawn_framed(&format!("exec {host_cmd}"), &[]) {
         Ok(s) => s,
@@ -395,7 +387,7 @@ async fn call(
 
 async fn workload(
     stream: &mut LineStream,
-    tier: &str,
+    tier: Tier,
     log: &mut Vec<String>,
 ) -> Result<(), String> {
     let hello = loop {
@@ -405,7 +397,7 @@ async fn workload(
             None => return Err("no host/hello".into()),
         }
     };
-    if hello.pointer("/params/tier") != Some(&json!(tier)) {
+    if hello.pointer("/params/tier") != Some(&json!(tier.name())) {
         return Err(format!(
             "the host serves tier {}, not the {tier} it was launched for",
             hello["params"]["tier"]

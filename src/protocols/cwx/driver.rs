@@ -3,14 +3,13 @@
 //! writes (`Watch`, sans-IO), the core's answers to the host's requests, and
 //! the grading.
 
-use super::steps::{AnswerRule, Config, Expect, NamedCheck, Setup, Step};
+use super::steps::{AnswerRule, Expect, NamedCheck, Need, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::{Case, Level};
 use crate::keep::Keep;
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{CaseResult, Direction, Outcome, SkipKind, TranscriptEntry};
-use crate::requirements::Catalogue;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
@@ -42,12 +41,26 @@ pub struct Extension {
     pub sha256: String,
 }
 
+/// `--extension PATH#SHA256`.
+impl std::str::FromStr for Extension {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Extension, String> {
+        match s.split_once('#') {
+            Some((path, sha256)) if !path.is_empty() && !sha256.is_empty() => Ok(Extension {
+                path: path.into(),
+                sha256: sha256.into(),
+            }),
+            _ => Err("an extension is PATH#SHA256".into()),
+        }
+    }
+}
+
 /// What every case of a run shares.
 pub struct Context {
     pub command: String,
     pub tier: Tier,
     pub strict: bool,
-    pub catalogue: Catalogue,
     pub extension: Option<Extension>,
     pub startup: Duration,
 }
@@ -213,7 +226,7 @@ struct CaseRun<'a> {
 }
 
 impl Context {
-    pub async fn run_case(&self, case: &Case<Step>) -> CaseResult {
+    pub async fn run_case(&self, case: &Case<super::HostCases>) -> CaseResult {
         let started = Instant::now();
         let result = |outcome, message: String, transcript| CaseResult {
             id: case.id.clone(),
@@ -226,22 +239,15 @@ impl Context {
             skip_kind: (outcome == Outcome::Skip).then_some(SkipKind::Outside),
             transcript,
         };
-        let config: Config = if case.config.is_null() {
-            Config::default()
-        } else {
-            match serde_json::from_value(case.config.clone()) {
-                Ok(c) => c,
-                Err(e) => return result(Outcome::Error, format!("case config: {e}"), vec![]),
-            }
-        };
-        if case.needs.iter().any(|n| n == "extension") && self.extension.is_none() {
+        let config = &case.config;
+        if case.needs.contains(&Need::Extension) && self.extension.is_none() {
             return result(
                 Outcome::Skip,
                 "no extension to activate: give one with --extension PATH#SHA256".into(),
                 vec![],
             );
         }
-        if case.needs.iter().any(|n| n == "builtin-tier") && self.tier != Tier::Builtin {
+        if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
             // The tier is the host's declaration: not applicable.
             return CaseResult {
                 skip_kind: Some(SkipKind::Declared),
@@ -292,11 +298,8 @@ impl Context {
         run.setup(config.setup).await;
         let setup_failed =
             !run.findings.is_empty() || run.stalled || !run.watch.violations.is_empty();
-        for kind in ["tool", "command", "hook"] {
-            if !setup_failed
-                && case.needs.iter().any(|n| n == kind)
-                && run.vars.get(&format!("{kind}_handle")).is_none()
-            {
+        for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
+            if !setup_failed && run.vars.get(&format!("{kind}_handle")).is_none() {
                 run.skip = Some(format!("the extension registered no {kind}"));
             }
         }
@@ -776,7 +779,7 @@ impl CaseRun<'_> {
         early
     }
 
-    fn grade(&mut self, case: &Case<Step>, ended_early: bool) -> (Outcome, String) {
+    fn grade(&mut self, case: &Case<super::HostCases>, ended_early: bool) -> (Outcome, String) {
         if let Some(e) = &self.conform_error {
             return (Outcome::Error, e.clone());
         }
@@ -790,9 +793,8 @@ impl CaseRun<'_> {
         };
         let mut lines = self.findings.clone();
         for (rule, message) in &self.watch.violations {
-            let level = self
-                .ctx
-                .catalogue
+            let level = super::HOST
+                .catalogue()
                 .get(rule)
                 .map(|r| r.level)
                 .unwrap_or(Level::Must);

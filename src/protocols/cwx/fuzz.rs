@@ -22,9 +22,8 @@
 //! Every frame the host writes is checked by the case's watch, always.
 
 use super::driver::{Context, Extension};
-use super::steps::Step;
 use super::table::{self, Direction, Tier};
-use super::{catalogue, command_for, preflight, reference, validate};
+use super::{command_for, preflight, reference, validate};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -118,7 +117,8 @@ pub struct Harness {
 const OWN_IDS: u64 = 64;
 
 fn golden() -> Result<Vec<Value>, RunError> {
-    let cases = super::load_cases(&[]).map_err(|e| RunError::Conform(e.to_string()))?;
+    let cases =
+        crate::case::load::<super::HostCases>(&[]).map_err(|e| RunError::Conform(e.to_string()))?;
     let mut out: Vec<Value> = Vec::new();
     let mut id = 100;
     let mut push = |out: &mut Vec<Value>, method: &str, params: Value, request: bool| {
@@ -176,6 +176,18 @@ fn clear_ids(v: &mut Value) {
     }
 }
 
+/// `conform fuzz --protocol cwx`: a fresh host per input.
+pub fn start<'a>(
+    setup: crate::suite::FuzzSetup,
+    options: &'a fuzz::Options,
+    progress: &'a mut dyn FnMut(&str),
+) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
+    Box::pin(async move {
+        let h = Harness::new(setup.target, setup.tier, setup.startup, setup.timeout).await?;
+        Ok((fuzz::fuzz(Arc::new(h), options, progress).await?, vec![]))
+    })
+}
+
 impl Harness {
     pub async fn new(
         target: Target,
@@ -194,7 +206,6 @@ impl Harness {
                 command,
                 tier,
                 strict: false,
-                catalogue: catalogue(),
                 extension,
                 startup,
             }),
@@ -351,7 +362,7 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            match fuzz::parse_generated::<Step>(case) {
+            match fuzz::parse_generated::<super::HostCases>(case) {
                 Ok(case) => self.ctx.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }

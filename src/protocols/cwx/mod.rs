@@ -11,65 +11,111 @@ pub mod steps;
 pub mod table;
 pub mod validate;
 
-use crate::case::{self, Case, CaseFileError};
+use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
-use crate::requirements::Catalogue;
 use crate::runner;
+use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use std::sync::Arc;
 use std::time::Duration;
-use steps::Step;
+use steps::{Need, Step};
 use table::Tier;
 
 pub const CATALOGUE: &str = "cwx/requirements.json";
 
-pub fn catalogue() -> Catalogue {
-    Catalogue::parse(crate::corpus::file(CATALOGUE).unwrap_or("{}"))
-        .expect("the embedded catalogue parses (a corpus test checks it)")
-}
+/// Hosts: conform plays the core.
+pub const HOST: Suite = Suite {
+    protocol: Protocol::Cwx,
+    role: Role::Host,
+    catalogue: CATALOGUE,
+    watched: driver::rules::EVERY_MESSAGE,
+    load: suite::load::<HostCases>,
+    fuzz: Some(suite::FuzzEntry {
+        start: fuzz::start,
+        jobs: 4,
+    }),
+    reference: Some(serve_reference),
+    peer: None,
+};
 
-/// The embedded cases plus `extra` files, checked.
-pub fn load_cases(extra: &[(String, String)]) -> Result<Vec<Case<Step>>, CaseFileError> {
-    case::load_corpus("cwx/cases", &catalogue(), extra, &|c: &Case<Step>| {
-        if !c.config.is_null() {
-            serde_json::from_value::<steps::Config>(c.config.clone())
-                .map_err(|e| format!("config: {e}"))?;
-        }
-        if c.for_each.is_some() || !c.finally.is_empty() {
-            return Err("cwx cases take no for_each or finally".into());
+/// Cores: conform plays a host the core launches.
+pub const CORE: Suite = Suite {
+    protocol: Protocol::Cwx,
+    role: Role::Core,
+    catalogue: CATALOGUE,
+    watched: scripted::rules::EVERY_MESSAGE,
+    load: suite::load::<CoreCases>,
+    fuzz: None,
+    reference: None,
+    peer: Some(|script, record| Box::pin(core_role::serve_peer(script, record))),
+};
+
+/// The host cases' language.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCases;
+
+impl Dialect for HostCases {
+    type Step = Step;
+    type Need = Need;
+    type Config = steps::Config;
+    const PROTOCOL: Protocol = Protocol::Cwx;
+    const DIR: &'static str = "cwx/cases";
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().enumerate() {
+            s.validate().map_err(|m| format!("step {i}: {m}"))?;
         }
         Ok(())
-    })
-}
-
-/// The embedded core cases (`--role core`) plus `extra` files, checked.
-pub fn load_core_cases(
-    extra: &[(String, String)],
-) -> Result<Vec<Case<scripted::CoreStep>>, CaseFileError> {
-    case::load_corpus(scripted::CASES_DIR, &catalogue(), extra, &|c: &Case<
-        scripted::CoreStep,
-    >| {
-        if c.for_each.is_some() || !c.finally.is_empty() || !c.needs.is_empty() {
-            return Err("core cases take no for_each, needs or finally".into());
-        }
-        scripted::Script::of(c).map(|_| ())
-    })
-}
-
-impl case::CheckedStep for Step {
-    fn check(&self) -> Result<(), String> {
-        self.validate()
     }
 }
 
-pub struct RunOptions {
-    pub target: Target,
-    pub tier: Tier,
-    pub extension: Option<driver::Extension>,
-    pub jobs: usize,
-    pub strict: bool,
-    pub startup_timeout: Duration,
+impl suite::Run for HostCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(run(options, cases, progress))
+    }
+}
+
+/// The core cases' language (`--role core`).
+#[derive(Debug, Clone, Copy)]
+pub struct CoreCases;
+
+impl Dialect for CoreCases {
+    type Step = scripted::CoreStep;
+    type Need = NoNeed;
+    type Config = scripted::Script;
+    const PROTOCOL: Protocol = Protocol::Cwx;
+    const DIR: &'static str = scripted::CASES_DIR;
+
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        for (i, s) in case.steps.iter().enumerate() {
+            s.check().map_err(|m| format!("step {i}: {m}"))?;
+        }
+        case.config.check()
+    }
+}
+
+impl suite::Run for CoreCases {
+    fn run<'a>(
+        options: &'a RunOptions,
+        cases: Vec<Case<Self>>,
+        progress: Progress<'a>,
+    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
+        Box::pin(core_role::run(options, cases, progress))
+    }
+}
+
+/// `conform reference --protocol cwx --tier T`: the reference host on stdio.
+fn serve_reference(options: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(async move {
+        reference::serve(options.tier)
+            .await
+            .map_err(|e| RunError::Conform(format!("the reference host failed: {e}")))
+    })
 }
 
 /// Starts the host once: one that cannot be started, or ends without
@@ -124,9 +170,17 @@ fn command_for(target: &Target, tier: Tier) -> Result<String, RunError> {
     }
 }
 
+async fn run_nth(
+    ctx: Arc<driver::Context>,
+    cases: Arc<Vec<Case<HostCases>>>,
+    i: usize,
+) -> CaseResult {
+    ctx.run_case(&cases[i]).await
+}
+
 pub async fn run(
     options: &RunOptions,
-    cases: Vec<Case<Step>>,
+    cases: Vec<Case<HostCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let command = command_for(&options.target, options.tier)?;
@@ -139,25 +193,14 @@ pub async fn run(
         }),
         _ => None,
     };
-    let ctx = Arc::new(driver::Context {
+    let ctx = driver::Context {
         command,
         tier: options.tier,
         strict: options.strict,
-        catalogue: catalogue(),
         extension,
         startup: options.startup_timeout,
-    });
-    let cases = Arc::new(cases);
-    let run_one: Arc<dyn Fn(usize) -> runner::CaseFuture + Send + Sync> = {
-        let ctx = ctx.clone();
-        let cases = cases.clone();
-        Arc::new(move |i| {
-            let ctx = ctx.clone();
-            let cases = cases.clone();
-            Box::pin(async move { ctx.run_case(&cases[i]).await })
-        })
     };
-    let results = runner::run_cases(&cases, options.jobs, run_one, progress).await;
+    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     let mut notes = vec![format!(
         "the host was run for the {} tier",
         options.tier.name()
@@ -168,12 +211,5 @@ pub async fn run(
     {
         notes.push("every case errored: the host could not be started".into());
     }
-    Ok(RunReport::new(
-        crate::protocols::Protocol::Cwx,
-        "host",
-        options.target.to_string(),
-        options.strict,
-        results,
-        notes,
-    ))
+    Ok(HOST.report(options, results, notes))
 }

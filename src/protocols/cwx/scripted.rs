@@ -38,7 +38,7 @@ pub mod rules {
 pub struct Script {
     /// The tier the host serves: `plugin` (the default) or `builtin`.
     #[serde(default = "plugin")]
-    pub tier: String,
+    pub tier: Tier,
     /// Never answer `tool/call`.
     #[serde(default)]
     pub silent_tool_call: bool,
@@ -49,8 +49,8 @@ pub struct Script {
     pub deadline: Option<f64>,
 }
 
-fn plugin() -> String {
-    "plugin".into()
+fn plugin() -> Tier {
+    Tier::Plugin
 }
 
 impl Default for Script {
@@ -65,21 +65,12 @@ impl Default for Script {
 }
 
 impl Script {
-    pub fn of(case: &Case<CoreStep>) -> Result<Script, String> {
-        let script: Script = if case.config.is_null() {
-            Script::default()
-        } else {
-            serde_json::from_value(case.config.clone()).map_err(|e| format!("config: {e}"))?
-        };
-        script.tier()?;
-        if script.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
-            return Err("deadline is between 0 and 600 seconds".into());
+    /// Checks what serde cannot; called at load.
+    pub fn check(&self) -> Result<(), String> {
+        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
+            return Err("config: deadline is between 0 and 600 seconds".into());
         }
-        Ok(script)
-    }
-
-    pub fn tier(&self) -> Result<Tier, String> {
-        Tier::parse(&self.tier).ok_or(format!("tier is plugin or builtin, not {:?}", self.tier))
+        Ok(())
     }
 
     pub fn deadline_seconds(&self) -> f64 {
@@ -108,8 +99,9 @@ pub struct CoreStep {
     pub info: bool,
 }
 
-impl crate::case::CheckedStep for CoreStep {
-    fn check(&self) -> Result<(), String> {
+impl CoreStep {
+    /// Checks a step is one check with the parts that fit it; called at load.
+    pub fn check(&self) -> Result<(), String> {
         let n = [
             self.sends.is_some(),
             self.cancels.is_some(),
@@ -151,11 +143,11 @@ pub struct ScriptedHost {
 }
 
 impl ScriptedHost {
-    pub fn new(script: Script) -> Result<ScriptedHost, String> {
-        Ok(ScriptedHost {
-            host: Host::new(script.tier()?),
+    pub fn new(script: Script) -> ScriptedHost {
+        ScriptedHost {
+            host: Host::new(script.tier),
             script,
-        })
+        }
     }
 
     pub fn hello(&self) -> Value {
@@ -204,11 +196,8 @@ fn parsed(payload: &str) -> Option<Value> {
 }
 
 /// Grades what the core did in `case`.
-pub fn grade(case: &Case<CoreStep>, events: &[Event], end: CoreEnd, strict: bool) -> Grade {
-    let tier = Script::of(case)
-        .ok()
-        .and_then(|s| s.tier().ok())
-        .unwrap_or(Tier::Plugin);
+pub fn grade(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd, strict: bool) -> Grade {
+    let tier = case.config.tier;
     let mut found = Findings {
         broken: every_message(events, tier),
         ..Findings::default()

@@ -17,6 +17,46 @@ fn empty_object() -> Value {
     Value::Object(Default::default())
 }
 
+/// What a host case needs of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Need {
+    /// An extension to activate (`--extension`, or the builtin's toy one).
+    Extension,
+    /// A host launched for the builtin tier.
+    BuiltinTier,
+    /// The extension registered a tool (variable `tool_handle`).
+    Tool,
+    /// The extension registered a command (variable `command_handle`).
+    Command,
+    /// The extension registered a hook (variable `hook_handle`).
+    Hook,
+}
+
+impl Need {
+    /// A kind of handle the extension registers, for the needs that are one.
+    pub fn handle_kind(self) -> Option<&'static str> {
+        match self {
+            Need::Tool => Some("tool"),
+            Need::Command => Some("command"),
+            Need::Hook => Some("hook"),
+            Need::Extension | Need::BuiltinTier => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Need::Extension => "extension",
+            Need::BuiltinTier => "builtin-tier",
+            Need::Tool => "tool",
+            Need::Command => "command",
+            Need::Hook => "hook",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Setup {

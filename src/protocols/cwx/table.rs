@@ -21,7 +21,9 @@ impl Direction {
 }
 
 /// The trust tier a host process serves (`--tier=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     Builtin,
@@ -42,6 +44,12 @@ impl Tier {
             "plugin" => Some(Tier::Plugin),
             _ => None,
         }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
