@@ -76,11 +76,7 @@ pub fn bundle(
         .iter()
         .filter(|r| r.role == report.role)
     {
-        let cases: Vec<_> = report
-            .cases
-            .iter()
-            .filter(|c| c.requirements.contains(&r.id))
-            .collect();
+        let cases: Vec<_> = report.cases.iter().filter(|c| c.touches(&r.id)).collect();
         let outcomes: Vec<(Outcome, bool)> = cases
             .iter()
             .map(|c| (c.outcome, report.waivers.contains_key(&c.id)))

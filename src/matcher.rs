@@ -144,6 +144,34 @@ pub fn strict_base64(s: &str) -> Result<Vec<u8>, String> {
     ENGINE.decode(s).map_err(|e| e.to_string())
 }
 
+/// Where a value differs from its pattern: the path, why, and (where the
+/// pattern names one) what was expected against what came. It reads as
+/// `path: why`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub path: String,
+    pub why: String,
+    pub expected: Option<String>,
+    pub actual: Option<String>,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.why)
+    }
+}
+
+impl Mismatch {
+    fn new(path: &str, why: String, expected: Option<String>, actual: Option<String>) -> Mismatch {
+        Mismatch {
+            path: path.to_owned(),
+            why,
+            expected,
+            actual,
+        }
+    }
+}
+
 /// Matches `actual` (None: the key is absent) against `pattern` at `path`,
 /// recording captures in `vars` and every mismatch in `errors`.
 ///
@@ -164,7 +192,7 @@ pub fn match_value(
     actual: Option<&Value>,
     path: &str,
     vars: &mut Vars,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<Mismatch>,
 ) {
     if let Value::Object(p) = pattern
         && p.len() == 1
@@ -174,7 +202,13 @@ pub fn match_value(
         return match_op(op, arg, actual, path, vars, errors);
     }
     let Some(actual) = actual else {
-        errors.push(format!("{path}: missing, expected {}", brief(pattern)));
+        let want = brief(pattern);
+        errors.push(Mismatch::new(
+            path,
+            format!("missing, expected {want}"),
+            Some(want),
+            Some("missing".into()),
+        ));
         return;
     };
     match (pattern, actual) {
@@ -185,10 +219,11 @@ pub fn match_value(
         }
         (Value::Array(p), Value::Array(a)) => {
             if p.len() != a.len() {
-                errors.push(format!(
-                    "{path}: expected a list of {} items, got {}",
-                    p.len(),
-                    a.len()
+                errors.push(Mismatch::new(
+                    path,
+                    format!("expected a list of {} items, got {}", p.len(), a.len()),
+                    Some(format!("{} items", p.len())),
+                    Some(format!("{} items", a.len())),
                 ));
                 return;
             }
@@ -197,11 +232,15 @@ pub fn match_value(
             }
         }
         _ if scalar_eq(pattern, actual) => {}
-        _ => errors.push(format!(
-            "{path}: expected {}, got {}",
-            brief(pattern),
-            brief(actual)
-        )),
+        _ => {
+            let (want, got) = (brief(pattern), brief(actual));
+            errors.push(Mismatch::new(
+                path,
+                format!("expected {want}, got {got}"),
+                Some(want),
+                Some(got),
+            ))
+        }
     }
 }
 
@@ -211,9 +250,19 @@ fn match_op(
     actual: Option<&Value>,
     path: &str,
     vars: &mut Vars,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<Mismatch>,
 ) {
-    let mut fail = |why: String| errors.push(format!("{path}: {why}"));
+    // What came, for every mismatch an operator reports: the value, or its absence.
+    let got = actual.map(brief).unwrap_or_else(|| "missing".into());
+    let want = format!("{op} {}", brief(arg));
+    let mut fail = |why: String| {
+        errors.push(Mismatch::new(
+            path,
+            why,
+            Some(want.clone()),
+            Some(got.clone()),
+        ))
+    };
     match op {
         "$absent" => {
             if let Some(a) = actual {
@@ -236,6 +285,7 @@ fn match_op(
                 }
                 all.extend(trial);
             }
+            let all: Vec<String> = all.iter().map(Mismatch::to_string).collect();
             return fail(format!("matches none of the options ({})", all.join("; ")));
         }
         "$not" => {
@@ -468,7 +518,27 @@ mod tests {
             &mut Vars::default(),
             &mut errors,
         );
-        errors
+        errors.iter().map(Mismatch::to_string).collect()
+    }
+
+    #[test]
+    fn a_mismatch_says_what_was_expected_and_what_came() {
+        let mut errors = Vec::new();
+        let pattern = json!({"a": 1, "b": {"$type": "string"}});
+        let actual = json!({"a": 2, "b": 3});
+        match_value(
+            &pattern,
+            Some(&actual),
+            "result",
+            &mut Vars::default(),
+            &mut errors,
+        );
+        assert_eq!(errors[0].to_string(), "result.a: expected 1, got 2");
+        assert_eq!(
+            (errors[0].expected.as_deref(), errors[0].actual.as_deref()),
+            (Some("1"), Some("2"))
+        );
+        assert_eq!(errors[1].actual.as_deref(), Some("3"));
     }
 
     #[test]

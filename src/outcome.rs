@@ -116,6 +116,66 @@ pub fn transcript_text(data: &[u8]) -> String {
     format!("{}… ({} bytes)", &text[..end], data.len())
 }
 
+/// A case's transcript as it is recorded: at most [`TRANSCRIPT_ENTRIES`]
+/// entries, each cut at [`TRANSCRIPT_ENTRY_LIMIT`], times from the case's start.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    started: tokio::time::Instant,
+    entries: Vec<TranscriptEntry>,
+}
+
+impl Transcript {
+    pub fn new(started: tokio::time::Instant) -> Transcript {
+        Transcript {
+            started,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Records `data` going `dir` on `conn` now; the entry's index, or
+    /// `None` once the transcript is full.
+    pub fn log(&mut self, conn: &str, dir: Direction, data: &[u8]) -> Option<usize> {
+        let t_ms = self.started.elapsed().as_millis() as u64;
+        self.push(t_ms, conn, dir, transcript_text(data))
+    }
+
+    /// Records text a peer wrote down at `t_ms`.
+    pub fn log_at(&mut self, t_ms: u64, conn: &str, dir: Direction, text: &str) -> Option<usize> {
+        self.push(
+            t_ms,
+            conn,
+            dir,
+            crate::matcher::truncate(text, TRANSCRIPT_ENTRY_LIMIT),
+        )
+    }
+
+    fn push(&mut self, t_ms: u64, conn: &str, dir: Direction, data: String) -> Option<usize> {
+        if self.entries.len() >= TRANSCRIPT_ENTRIES {
+            return None;
+        }
+        self.entries.push(TranscriptEntry {
+            t_ms,
+            conn: conn.to_owned(),
+            dir,
+            data,
+        });
+        Some(self.entries.len() - 1)
+    }
+
+    /// When the last entry was recorded (0 for none).
+    pub fn last_ms(&self) -> u64 {
+        self.entries.last().map_or(0, |e| e.t_ms)
+    }
+
+    pub fn entries(&self) -> &[TranscriptEntry] {
+        &self.entries
+    }
+
+    pub fn into_entries(self) -> Vec<TranscriptEntry> {
+        self.entries
+    }
+}
+
 /// The record of one case.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
@@ -130,6 +190,10 @@ pub struct CaseResult {
     /// For a skip: whether the target's declaration explains it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skip_kind: Option<SkipKind>,
+    /// What the case found broken, typed: each with its requirement, level,
+    /// kind, and what was expected against what came.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<crate::evidence::Finding>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transcript: Vec<TranscriptEntry>,
 }
@@ -149,8 +213,38 @@ impl CaseResult {
             message: message.into(),
             duration_ms: 0,
             skip_kind: None,
+            findings: vec![],
             transcript: vec![],
         }
+    }
+
+    /// The record of `case` graded from `evidence` by [`crate::evidence::grade`].
+    pub fn graded<D: crate::case::Dialect>(
+        case: &crate::case::Case<D>,
+        evidence: crate::evidence::Evidence,
+        strict: bool,
+        started: tokio::time::Instant,
+        transcript: Vec<TranscriptEntry>,
+    ) -> CaseResult {
+        let g = crate::evidence::grade(case.level, evidence, D::PROTOCOL.catalogue(), strict);
+        CaseResult {
+            outcome: g.outcome,
+            message: g.message,
+            skip_kind: g.skip_kind,
+            findings: g.findings,
+            duration_ms: started.elapsed().as_millis() as u64,
+            transcript,
+            ..CaseResult::for_case(case, "")
+        }
+    }
+
+    /// Whether the case cites requirement `id` or found it broken.
+    pub fn touches(&self, id: &str) -> bool {
+        self.requirements.iter().any(|r| r == id)
+            || self
+                .findings
+                .iter()
+                .any(|f| f.requirement.as_deref() == Some(id))
     }
 }
 
@@ -310,11 +404,7 @@ impl RunReport {
     /// How requirement `id` stands in this run (see [`exercise`]); `None`
     /// when no case of the run cites it.
     pub fn exercise_of(&self, id: &str, watched: &[&str]) -> Option<Exercise> {
-        let cases: Vec<&CaseResult> = self
-            .cases
-            .iter()
-            .filter(|c| c.requirements.iter().any(|r| r == id))
-            .collect();
+        let cases: Vec<&CaseResult> = self.cases.iter().filter(|c| c.touches(id)).collect();
         let any_ran = self.cases.iter().any(|c| c.outcome != Outcome::Skip);
         (!cases.is_empty()).then(|| exercise(&cases, any_ran && watched.contains(&id)))
     }
@@ -342,7 +432,7 @@ impl RunReport {
                     cases: self
                         .cases
                         .iter()
-                        .filter(|c| c.requirements.contains(&r.id))
+                        .filter(|c| c.touches(&r.id))
                         .map(|c| SkippedCase {
                             case: c.id.clone(),
                             why: c.message.clone(),
@@ -379,6 +469,21 @@ mod tests {
         assert!(shown.starts_with('\u{fffd}'));
         assert!(shown.ends_with(&format!("… ({} bytes)", 1 << 20)));
         assert!(shown.len() <= TRANSCRIPT_ENTRY_LIMIT + 32);
+    }
+
+    #[test]
+    fn a_transcript_keeps_its_bound() {
+        let mut t = Transcript::new(tokio::time::Instant::now());
+        for _ in 0..TRANSCRIPT_ENTRIES {
+            assert!(t.log("c", Direction::Sent, b"x").is_some());
+        }
+        assert_eq!(t.log("c", Direction::Sent, b"x"), None);
+        assert_eq!(t.entries().len(), TRANSCRIPT_ENTRIES);
+        let long = "y".repeat(TRANSCRIPT_ENTRY_LIMIT * 2);
+        let mut t = Transcript::new(tokio::time::Instant::now());
+        t.log_at(5, "c", Direction::Event, &long);
+        assert!(t.entries()[0].data.len() < long.len());
+        assert_eq!(t.last_ms(), 5);
     }
 
     #[test]

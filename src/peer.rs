@@ -1,102 +1,105 @@
 //! What the three "conform plays the peer" roles share (agent-socket
 //! `--role client`, acp `--role client`, cwx `--role core`): how a case's
-//! findings become its grade, and how a scripted peer's record is read back.
+//! checks become its evidence, the exit a check wants, and how a scripted
+//! peer's record is read back.
 
-use crate::case::Case;
-use crate::outcome::{Outcome, SkipKind};
+use crate::evidence::{Evidence, Kind};
+use crate::outcome::SkipKind;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The most of a scripted peer's record conform reads back.
 pub const RECORD_LIMIT: u64 = 32 * 1024 * 1024;
 
-/// A case's grade.
+/// What one check of a peer case found.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Grade {
-    pub outcome: Outcome,
-    pub message: String,
-    /// Requirements broken that the case does not cite (the every-message rules).
-    pub also_broken: Vec<String>,
-    pub skip_kind: Option<SkipKind>,
+pub enum Check {
+    Holds,
+    /// The peer broke the check.
+    Broken(Kind, String),
+    /// Seen and worth knowing, never a failure.
+    Note(String),
+    /// The peer never did what the check is about (the workload the case
+    /// gives it), so neither this check nor the later ones can be judged.
+    Unseen(String),
 }
 
-/// What the checks of one case found.
-#[derive(Debug, Default)]
-pub struct Findings {
-    /// Every-message rules broken, as (requirement, why): a failure whatever
-    /// the case's level, since those rules are MUSTs.
-    pub broken: Vec<(String, String)>,
-    /// The case's own checks that failed.
-    pub failures: Vec<String>,
-    /// Information: never a failure.
-    pub notes: Vec<String>,
-    /// What the peer never did, so the case's checks could not run.
-    pub unseen: Vec<String>,
-}
-
-impl Findings {
-    /// The grade of `case` from these findings; `summary` says what the
-    /// peer did, `who` names it ("client", "core").
-    pub fn grade<D: crate::case::Dialect>(
-        mut self,
-        case: &Case<D>,
-        strict: bool,
-        summary: &str,
-        who: &str,
-    ) -> Grade {
-        let notes = self.notes;
-        let with = |lines: Vec<String>| {
-            let mut text = lines.join("; ");
-            if !notes.is_empty() {
-                text.push_str(&format!(" (also: {})", notes.join("; ")));
+/// The evidence of a peer case: the every-message rules the peer broke, as
+/// (requirement, kind, why), then each step's check in order (`info` marks
+/// the steps whose break is information only); `who` did `summary`.
+pub fn evidence<S>(
+    broken: Vec<(String, Kind, String)>,
+    steps: &[S],
+    info: impl Fn(&S) -> bool,
+    mut check: impl FnMut(&S) -> Check,
+    who: &str,
+    summary: String,
+) -> Evidence {
+    let mut ev = Evidence::default();
+    for (requirement, kind, why) in broken {
+        if !ev
+            .findings
+            .iter()
+            .any(|f| f.requirement.as_deref() == Some(&requirement) && f.message == why)
+        {
+            ev.broke(&requirement, kind, why);
+        }
+    }
+    for step in steps {
+        match check(step) {
+            Check::Holds => {}
+            // The later steps are about what the peer did not do: moot.
+            Check::Unseen(why) => {
+                ev.skip(why, SkipKind::Outside);
+                break;
             }
-            format!("{text}. What the {who} did: {summary}")
-        };
-        let grade = |outcome, message, also_broken, skip_kind| Grade {
-            outcome,
-            message,
-            also_broken,
-            skip_kind,
-        };
-        if !self.broken.is_empty() {
-            self.broken.sort();
-            self.broken.dedup();
-            let also = self
-                .broken
-                .iter()
-                .map(|(r, _)| r.clone())
-                .filter(|r| !case.requirements.contains(r))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let mut lines: Vec<String> = self
-                .broken
-                .iter()
-                .map(|(r, w)| format!("[{r}] {w}"))
-                .collect();
-            lines.extend(self.failures);
-            return grade(Outcome::Fail, with(lines), also, None);
+            Check::Broken(_, why) if info(step) => ev.notes.push(why),
+            Check::Broken(kind, why) => {
+                ev.fail(kind, why);
+            }
+            Check::Note(why) => ev.notes.push(why),
         }
-        if !self.failures.is_empty() {
-            let outcome = Outcome::grade(case.level, true, strict);
-            return grade(outcome, with(self.failures), vec![], None);
+    }
+    ev.summary = Some(format!("What the {who} did: {summary}"));
+    ev
+}
+
+/// The exit status a check wants: a code, or `zero` / `nonzero`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ExitWant {
+    Code(i32),
+    Named(ExitClass),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExitClass {
+    Zero,
+    Nonzero,
+}
+
+impl ExitWant {
+    /// Whether an exit with `code` (`None`: by a signal) is the one wanted.
+    pub fn holds(self, code: Option<i32>) -> bool {
+        match (self, code) {
+            (ExitWant::Code(w), Some(c)) => w == c,
+            (ExitWant::Named(ExitClass::Zero), Some(c)) => c == 0,
+            (ExitWant::Named(ExitClass::Nonzero), Some(c)) => c != 0,
+            (ExitWant::Named(ExitClass::Nonzero), None) => true,
+            (_, None) => false,
         }
-        if !self.unseen.is_empty() {
-            return grade(
-                Outcome::Skip,
-                with(self.unseen),
-                vec![],
-                Some(SkipKind::Outside),
-            );
+    }
+}
+
+impl std::fmt::Display for ExitWant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitWant::Code(c) => write!(f, "{c}"),
+            ExitWant::Named(ExitClass::Zero) => f.write_str("0"),
+            ExitWant::Named(ExitClass::Nonzero) => f.write_str("non-zero"),
         }
-        let outcome = Outcome::grade(case.level, false, strict);
-        let message = match (outcome == Outcome::Pass, notes.is_empty()) {
-            (true, true) => String::new(),
-            (_, true) => format!("What the {who} did: {summary}"),
-            _ => format!("{}. What the {who} did: {summary}", notes.join("; ")),
-        };
-        grade(outcome, message, vec![], None)
     }
 }
 

@@ -219,6 +219,23 @@ pub trait Language: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
     }
 }
 
+/// What the stdio dialects (acp, cwx) check of a step's `expect`: `exit`
+/// only after `closeStdin`, and no rule about raw bytes on a connection of
+/// their own (`if-any`, `due`: agent-socket's).
+pub fn check_stdio_expect<O>(
+    action: &Action<O>,
+    exit: Option<bool>,
+    reply: Option<Reply>,
+) -> Result<(), String> {
+    if exit.is_some() && !matches!(action, Action::CloseStdin) {
+        return Err("`expect.exit` goes with closeStdin".into());
+    }
+    match reply {
+        Some(Reply::IfAny | Reply::Due) => Err("if-any and due are agent-socket's rules".into()),
+        _ => Ok(()),
+    }
+}
+
 /// The keys every dialect reads itself.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

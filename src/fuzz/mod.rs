@@ -45,9 +45,6 @@ pub trait Harness: Send + Sync + 'static {
     /// Gives the next case a target in its first state (a dead server is
     /// started again).
     fn reset(self: Arc<Self>) -> ResetFuture;
-    /// Tells one failure from another while shrinking: a simpler input must
-    /// fail in the same class to replace the one found.
-    fn class(&self, result: &CaseResult) -> String;
 }
 
 /// How a fuzzing run is set up.
@@ -136,6 +133,7 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
         message,
         duration_ms: 0,
         skip_kind: None,
+        findings: vec![],
         transcript: vec![],
     }
 }
@@ -159,29 +157,39 @@ pub fn parse_generated<D: crate::case::Dialect>(
     Ok(case)
 }
 
-/// A failure's class for the stdio protocols: the first rule a watch found
-/// (`[MUST rule] ...` in the message), else the probe's (`survival`), else
-/// the first words of the first finding with its numbers left out.
-pub fn class_by_rule(r: &CaseResult, survival: &str) -> String {
+/// What a failure is, to tell one from another while shrinking: the
+/// requirement and kind of its first finding (conform's own error is a
+/// class of its own). Read from the typed findings, never from the message.
+pub fn class_of(r: &CaseResult) -> String {
     if r.outcome == Outcome::Error {
         return "conform could not run the input".into();
     }
-    let m = &r.message;
-    for level in ["[MUST ", "[SHOULD "] {
-        if let Some(at) = m.find(level) {
-            let rest = &m[at + level.len()..];
-            return rest.split(']').next().unwrap_or("").to_owned();
+    match r.findings.first() {
+        Some(f) => {
+            let (requirement, kind) = f.key();
+            format!("{requirement} {}", kind_name(kind))
         }
+        None => format!("{} without a finding", r.outcome.as_str()),
     }
-    if m.contains("probe") {
-        return survival.to_owned();
+}
+
+/// Whether `r` has the finding of `class` (among others, maybe): a simpler
+/// input that keeps the bug.
+pub fn has_class(r: &CaseResult, class: &str) -> bool {
+    if r.outcome == Outcome::Error {
+        return class == class_of(r);
     }
-    let first = m.lines().next().unwrap_or("");
-    let head = first.split(':').next().unwrap_or(first);
-    head.chars()
-        .filter(|c| !c.is_ascii_digit())
-        .take(60)
-        .collect()
+    r.findings.iter().any(|f| {
+        let (requirement, kind) = f.key();
+        format!("{requirement} {}", kind_name(kind)) == class
+    })
+}
+
+fn kind_name(kind: crate::evidence::Kind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn is_finding(r: &CaseResult) -> bool {
@@ -239,7 +247,7 @@ pub async fn fuzz<H: Harness>(
         *report.outcomes.entry(result.outcome.as_str()).or_default() += 1;
         let tree = trees.remove(&index);
         if is_finding(&result) && !stop {
-            let class = harness.class(&result);
+            let class = class_of(&result);
             if report.findings.iter().any(|f| f.class == class) {
                 continue;
             }
@@ -317,7 +325,7 @@ async fn culprit<H: Harness>(
         harness.clone().reset().await?;
         let again = harness.clone().run(case.clone()).await;
         if is_finding(&again) {
-            let class = harness.class(&again);
+            let class = class_of(&again);
             return shrink(harness, options, tree, index, again, case, class).await;
         }
         if first.is_none() {
@@ -328,7 +336,7 @@ async fn culprit<H: Harness>(
         RunError::Conform("a finding without its input (a bug in conform)".into())
     })?;
     harness.clone().reset().await?;
-    let class = harness.class(&result);
+    let class = class_of(&result);
     let file = write_reproducer(options, index, &result, &case, 0, false)?;
     Ok(Finding {
         index,
@@ -362,7 +370,7 @@ async fn shrink<H: Harness>(
         let case = harness.case(&tree.current(), &id);
         harness.clone().reset().await?;
         let r = harness.clone().run(case.clone()).await;
-        if is_finding(&r) && harness.class(&r) == class {
+        if is_finding(&r) && has_class(&r, &class) {
             steps += 1;
             best = r;
             best_case = case;
@@ -509,13 +517,24 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_is_classed_by_its_first_rule() {
+    fn a_failure_is_classed_by_its_first_finding_not_its_words() {
+        use crate::evidence::{Finding, Kind};
         let mut r = invalid_case(&json!("x"), String::new());
-        assert_eq!(class_by_rule(&r, "s"), "conform could not run the input");
+        assert_eq!(class_of(&r), "conform could not run the input");
         r.outcome = Outcome::Fail;
-        r.message = "step 1: x\n[MUST acp.jsonrpc.id-echo] the response to 7".into();
-        assert_eq!(class_by_rule(&r, "s"), "acp.jsonrpc.id-echo");
-        r.message = "a probe request (_conform/probe): no answer within 5s".into();
-        assert_eq!(class_by_rule(&r, "stopped"), "stopped");
+        r.message = "[MUST acp.jsonrpc.id-echo] words that say something else".into();
+        r.findings = vec![
+            Finding::new(None, Kind::Missing, "a probe: no answer"),
+            Finding::new(
+                Some("acp.jsonrpc.id-echo"),
+                Kind::Envelope,
+                "the response to 7",
+            ),
+        ];
+        assert_eq!(class_of(&r), "case missing");
+        assert!(has_class(&r, "acp.jsonrpc.id-echo envelope"));
+        assert!(!has_class(&r, "acp.jsonrpc.id-echo shape"));
+        r.findings.remove(0);
+        assert_eq!(class_of(&r), "acp.jsonrpc.id-echo envelope");
     }
 }

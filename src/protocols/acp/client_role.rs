@@ -9,6 +9,7 @@ use super::scripted::{self, ClientEnd, Event, Script, ScriptedAgent};
 use super::steps::Permission;
 use crate::case::Case;
 use crate::error::RunError;
+use crate::evidence::Evidence;
 use crate::matcher::{shell_quote, truncate};
 use crate::outcome::{
     CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
@@ -122,20 +123,14 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let mut result = CaseResult::for_case(case, "");
-    match observe(case, target, exe, started).await {
-        Err(why) => result.message = why,
-        Ok((events, end, log)) => {
-            let grade = scripted::grade(case, &events, end, strict);
-            result.outcome = grade.outcome;
-            result.message = grade.message;
-            result.skip_kind = grade.skip_kind;
-            result.requirements.extend(grade.also_broken);
-            result.transcript = transcript(&events, &log);
-        }
-    }
-    result.duration_ms = started.elapsed().as_millis() as u64;
-    result
+    let (evidence, transcript) = match observe(case, target, exe, started).await {
+        Err(why) => (Evidence::failed_to_run(why), vec![]),
+        Ok((events, end, log)) => (
+            scripted::evidence(case, &events, end),
+            transcript(&events, &log),
+        ),
+    };
+    CaseResult::graded(case, evidence, strict, started, transcript)
 }
 
 fn transcript(events: &[Event], client_log: &str) -> Vec<TranscriptEntry> {

@@ -7,9 +7,11 @@ use super::editor::Editor;
 use super::monitor::{self, Incoming, Monitor};
 use super::steps::{AnswerRule, Config, Expect, NamedCheck, Need, Permission, Setup, Step};
 use super::table;
-use crate::case::{Case, Level};
+use crate::case::Case;
+use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, Outcome, SkipKind, TranscriptEntry};
+use crate::outcome::{CaseResult, Direction, SkipKind, TranscriptEntry};
+use crate::step::Reply;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
@@ -265,10 +267,7 @@ struct CaseRun<'a> {
     answers: HashMap<String, Result<Value, Value>>,
     /// The agent's requests held back by `withhold`: (id, method, params).
     held: Vec<(Value, String, Value)>,
-    findings: Vec<String>,
-    observations: Vec<String>,
-    skip: Option<String>,
-    conform_error: Option<String>,
+    ev: Evidence,
     /// stdout closed (the agent ended or closed it).
     closed: bool,
     /// An answer the case needed never came: later steps would build on nothing.
@@ -283,32 +282,26 @@ struct CaseRun<'a> {
 impl Context {
     pub async fn run_case(&self, case: &Case<super::AgentCases>) -> CaseResult {
         let started = Instant::now();
-        let result =
-            |outcome: Outcome, message: String, transcript: Vec<TranscriptEntry>| CaseResult {
-                id: case.id.clone(),
-                title: case.title.clone(),
-                level: case.level,
-                requirements: case.requirements.clone(),
-                outcome,
-                message,
-                duration_ms: started.elapsed().as_millis() as u64,
-                skip_kind: (outcome == Outcome::Skip).then_some(SkipKind::Outside),
-                transcript,
-            };
+        let mut early = Evidence::default();
+        let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
         if let Some((why, kind)) = self.probe.skip_reason(&case.needs) {
-            return CaseResult {
-                skip_kind: Some(kind),
-                ..result(Outcome::Skip, why, vec![])
-            };
+            early.skip(why, kind);
+            return result(early);
         }
         let config: Config = case.config.clone();
         let workspace = match super::workspace() {
             Ok(w) => w,
-            Err(e) => return result(Outcome::Error, e, vec![]),
+            Err(e) => {
+                early.error(e);
+                return result(early);
+            }
         };
         let stream = match spawn(&self.command) {
             Ok(s) => s,
-            Err(e) => return result(Outcome::Error, e, vec![]),
+            Err(e) => {
+                early.error(e);
+                return result(early);
+            }
         };
         let ws = workspace.path().to_path_buf();
         let mut vars = Vars::default();
@@ -326,10 +319,7 @@ impl Context {
             named: HashMap::new(),
             answers: HashMap::new(),
             held: Vec::new(),
-            findings: Vec::new(),
-            observations: Vec::new(),
-            skip: None,
-            conform_error: None,
+            ev: Evidence::default(),
             closed: false,
             stalled: false,
             ended_early: false,
@@ -338,22 +328,22 @@ impl Context {
         };
         run.setup().await;
         // A setup that failed leaves the steps nothing to stand on.
-        let setup_failed = !run.findings.is_empty();
+        let setup_failed = !run.ev.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
             if setup_failed
                 || run.stalled
-                || run.skip.is_some()
-                || run.conform_error.is_some()
-                || !run.findings.is_empty() && run.closed
+                || run.ev.skip.is_some()
+                || run.ev.error.is_some()
+                || !run.ev.findings.is_empty() && run.closed
             {
                 break;
             }
             run.step(i, step).await;
         }
         run.finish().await;
-        let (outcome, message) = run.grade(case);
+        let evidence = run.evidence();
         drop(workspace);
-        result(outcome, message, run.transcript)
+        CaseResult::graded(case, evidence, self.strict, started, run.transcript)
     }
 }
 
@@ -416,21 +406,21 @@ impl CaseRun<'_> {
                             Direction::Event,
                             b"a message over conform's limit was dropped",
                         );
-                        self.conform_error = Some(format!("the agent wrote {why}"));
+                        self.ev.error(format!("the agent wrote {why}"));
                         return false;
                     }
                     self.handle_line(&line, until).await
                 }
                 StreamEvent::TooLong { limit } => {
                     self.log(Direction::Event, b"a line over conform's limit was dropped");
-                    self.conform_error = Some(format!(
+                    self.ev.error(format!(
                         "the agent wrote a line over conform's {limit}-byte limit; conform cannot judge it"
                     ));
                     return false;
                 }
                 // Lines never break the stream; only frames do.
                 StreamEvent::Broken(why) => {
-                    self.conform_error = Some(why);
+                    self.ev.error(why);
                     return false;
                 }
                 StreamEvent::Closed { partial } => {
@@ -440,10 +430,13 @@ impl CaseRun<'_> {
                         // "Messages are delimited by newlines (\n)": a last line
                         // without its newline is not a whole message.
                         self.monitor.received(&partial);
-                        self.findings.push(format!(
-                            "the agent's last {} bytes on stdout had no newline",
-                            partial.len()
-                        ));
+                        self.ev.fail(
+                            Kind::Framing,
+                            format!(
+                                "the agent's last {} bytes on stdout had no newline",
+                                partial.len()
+                            ),
+                        );
                     }
                     let status = self
                         .stream
@@ -509,8 +502,12 @@ impl CaseRun<'_> {
         } else {
             format!("nothing within {:.0}s", within.as_secs_f64())
         };
-        self.findings
-            .push(format!("expected an answer to {method}, got {why}"));
+        self.ev
+            .fail(
+                Kind::Missing,
+                format!("expected an answer to {method}, got {why}"),
+            )
+            .seen(format!("an answer to {method}"), why);
         self.stalled = true;
         None
     }
@@ -526,10 +523,13 @@ impl CaseRun<'_> {
         let startup = self.ctx.startup;
         match self.answer(&key, "initialize", startup).await {
             Some(Ok(result)) => self.vars.set("initialize", result),
-            Some(Err(e)) => self.findings.push(format!("setup: initialize failed: {e}")),
+            Some(Err(e)) => {
+                self.ev
+                    .fail(Kind::WrongKind, format!("setup: initialize failed: {e}"));
+            }
             None => {}
         }
-        if self.config.setup != Setup::Session || !self.findings.is_empty() {
+        if self.config.setup != Setup::Session || !self.ev.findings.is_empty() {
             return;
         }
         let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
@@ -573,10 +573,11 @@ impl CaseRun<'_> {
                 self.vars.set("new", result);
             }
             Some(Err(e)) => match outside_protocol("session/new", &e) {
-                Some(why) => self.skip = Some(why),
-                None => self
-                    .findings
-                    .push(format!("setup: session/new failed: {e}")),
+                Some(why) => self.ev.skip(why, SkipKind::Outside),
+                None => {
+                    self.ev
+                        .fail(Kind::WrongKind, format!("setup: session/new failed: {e}"));
+                }
             },
             None => {}
         }
@@ -592,7 +593,7 @@ impl CaseRun<'_> {
         match matcher::expand(v, &self.vars) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.conform_error = Some(e.to_string());
+                self.ev.error(e.to_string());
                 None
             }
         }
@@ -719,8 +720,8 @@ impl CaseRun<'_> {
         }
         if let Some(name) = &step.await_name {
             let Some(key) = self.named.get(name).cloned() else {
-                self.conform_error =
-                    Some(format!("step {index}: no request named `{name}` to await"));
+                self.ev
+                    .error(format!("step {index}: no request named `{name}` to await"));
                 return;
             };
             let method = format!("`{name}`");
@@ -752,12 +753,13 @@ impl CaseRun<'_> {
                 .agent_requests
                 .iter()
                 .any(|q| q.method == *method);
-            if (!seen || !asked) && self.findings.is_empty() {
-                self.skip = Some(self.why_no_turn().unwrap_or_else(|| {
+            if (!seen || !asked) && self.ev.findings.is_empty() {
+                let why = self.why_no_turn().unwrap_or_else(|| {
                     format!(
                         "the agent did not call {method} in the turn (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
                     )
-                }));
+                });
+                self.ev.skip(why, SkipKind::Outside);
             }
             return;
         }
@@ -769,9 +771,10 @@ impl CaseRun<'_> {
                 .monitor
                 .turn_running(session.as_str().unwrap_or_default())
             {
-                self.skip = Some(self.why_no_turn().unwrap_or_else(|| {
+                let why = self.why_no_turn().unwrap_or_else(|| {
                     "the turn had already ended when conform was to cancel it (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)".into()
-                }));
+                });
+                self.ev.skip(why, SkipKind::Outside);
                 return;
             }
             self.send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
@@ -812,8 +815,7 @@ impl CaseRun<'_> {
                 .await
                 .is_some()
             {
-                self.observations
-                    .push("the agent still answers requests".into());
+                self.ev.observe("the agent still answers requests");
             }
             return;
         }
@@ -826,15 +828,18 @@ impl CaseRun<'_> {
             let status = self.stream.process.wait_for_exit(within).await;
             let exited = status.is_some();
             let want = step.expect.as_ref().and_then(|e| e.exit);
-            self.observations.push(format!(
+            self.ev.observe(format!(
                 "after its stdin closed the agent {}",
                 process::describe_status(status)
             ));
             if want == Some(true) && !exited {
-                self.findings.push(format!(
-                    "the agent was still running {:.0}s after its stdin closed",
-                    within.as_secs_f64()
-                ));
+                self.ev.fail(
+                    Kind::Process,
+                    format!(
+                        "the agent was still running {:.0}s after its stdin closed",
+                        within.as_secs_f64()
+                    ),
+                );
             }
         }
     }
@@ -879,7 +884,7 @@ impl CaseRun<'_> {
         updates_before: usize,
     ) {
         let Some(expect) = expect else {
-            self.observations.push(format!(
+            self.ev.observe(format!(
                 "{method}: {}",
                 crate::jsonrpc::describe_answer(answer)
             ));
@@ -892,7 +897,7 @@ impl CaseRun<'_> {
             && rule == AnswerRule::Result
             && let Some(why) = outside_protocol(method, e)
         {
-            self.skip = Some(why);
+            self.ev.skip(why, SkipKind::Outside);
             return;
         }
         let requested: Vec<String> = self.monitor.agent_requests[requests_before..]
@@ -902,9 +907,12 @@ impl CaseRun<'_> {
         if let Some(m) = &expect.skip_unless
             && !requested.contains(m)
         {
-            self.skip = Some(format!(
-                "the agent did not call {m} during {method} (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
-            ));
+            self.ev.skip(
+                format!(
+                    "the agent did not call {m} during {method} (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
+                ),
+                SkipKind::Outside,
+            );
             return;
         }
         let updates: Vec<Value> = self.monitor.updates[updates_before..]
@@ -916,77 +924,96 @@ impl CaseRun<'_> {
                 return;
             };
             if !updates.iter().any(|u| self.matches(&p, u)) {
-                self.skip = Some(format!(
-                    "no update during {method} matched {} (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)",
-                    matcher::brief(&p)
-                ));
+                self.ev.skip(
+                    format!(
+                        "no update during {method} matched {} (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)",
+                        matcher::brief(&p)
+                    ),
+                    SkipKind::Outside,
+                );
                 return;
             }
         }
-        let mut errors = Vec::new();
-        match (answer, rule) {
-            (Err(e), AnswerRule::Result) => {
-                errors.push(format!("expected a result, got the error {e}"))
-            }
-            (Ok(r), AnswerRule::Error) => errors.push(format!(
-                "expected an error, got the result {}",
-                matcher::brief(r)
-            )),
-            _ => {}
-        }
-        if errors.is_empty() && rule != AnswerRule::Optional {
-            let (pattern, value, path) = match answer {
-                Ok(r) => (&expect.result, r, "result"),
-                Err(e) => (&expect.error, e, "error"),
-            };
-            if let Some(p) = pattern
-                && let Some(p) = self.expand(p)
-            {
-                matcher::match_value(&p, Some(value), path, &mut self.vars, &mut errors);
-            }
-        }
+        let want = match rule {
+            AnswerRule::Result => Reply::Result,
+            AnswerRule::Error => Reply::Error,
+            AnswerRule::Any => Reply::Any,
+            AnswerRule::Optional => Reply::Optional,
+        };
+        let pattern = match answer {
+            Ok(_) => &expect.result,
+            Err(_) => &expect.error,
+        };
+        let pattern = match pattern {
+            Some(p) => match self.expand(p) {
+                Some(p) => Some(p),
+                None => return,
+            },
+            None => None,
+        };
+        let mut found = crate::drive::judge_answer(answer, want, pattern.as_ref(), &mut self.vars);
         for pattern in &expect.updates {
             let Some(p) = self.expand(pattern) else {
                 return;
             };
-            let found = updates.iter().any(|u| self.matches(&p, u));
-            if !found {
-                errors.push(format!(
-                    "no session/update during {method} matched {} (got {})",
-                    matcher::brief(&p),
-                    if updates.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        updates
-                            .iter()
-                            .filter_map(|u| u.get("sessionUpdate").and_then(Value::as_str))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
-                ));
+            if !updates.iter().any(|u| self.matches(&p, u)) {
+                let got = if updates.is_empty() {
+                    "none".to_owned()
+                } else {
+                    updates
+                        .iter()
+                        .filter_map(|u| u.get("sessionUpdate").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                found.push(
+                    Finding::new(
+                        None,
+                        Kind::Missing,
+                        format!(
+                            "no session/update during {method} matched {} (got {got})",
+                            matcher::brief(&p)
+                        ),
+                    )
+                    .saw(matcher::brief(&p), got),
+                );
             }
         }
         for m in &expect.requests {
             if !requested.contains(m) {
-                errors.push(format!("the agent did not call {m} during {method}"));
+                found.push(Finding::new(
+                    None,
+                    Kind::Missing,
+                    format!("the agent did not call {m} during {method}"),
+                ));
             }
         }
         for m in &expect.no_requests {
             if requested.contains(m) {
-                errors.push(format!("the agent called {m} during {method}"));
+                found.push(Finding::new(
+                    None,
+                    Kind::Unexpected,
+                    format!("the agent called {m} during {method}"),
+                ));
             }
         }
         for check in &expect.checks {
-            errors.extend(self.named_check(*check, answer, &updates));
+            found.extend(
+                self.named_check(*check, answer, &updates)
+                    .into_iter()
+                    .map(|e| Finding::new(None, Kind::Rule, e)),
+            );
         }
-        if errors.is_empty() {
-            self.observations.push(format!(
+        if found.is_empty() {
+            self.ev.observe(format!(
                 "{method}: {}",
                 crate::jsonrpc::describe_answer(answer)
             ));
         }
-        self.findings
-            .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+        for mut f in found {
+            f.message = format!("{method}: {}", f.message);
+            self.ev.push(f);
+        }
     }
 
     /// Why a turn the case waits on is over already, when it ended with an
@@ -1162,58 +1189,24 @@ impl CaseRun<'_> {
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
     }
 
-    fn grade(&mut self, case: &Case<super::AgentCases>) -> (Outcome, String) {
-        if let Some(e) = &self.conform_error {
-            return (Outcome::Error, e.clone());
-        }
-        let strict = self.ctx.strict;
-        let mut outcome = if !self.findings.is_empty() {
-            Outcome::grade(case.level, true, strict)
-        } else if self.skip.is_some() {
-            Outcome::Skip
-        } else {
-            Outcome::grade(case.level, false, strict)
-        };
-        let mut lines: Vec<String> = self.findings.clone();
+    /// The case's evidence: what the steps found, every rule the monitor
+    /// saw broken, and what the message needs besides.
+    fn evidence(&mut self) -> Evidence {
+        let mut ev = std::mem::take(&mut self.ev);
         for v in &self.monitor.violations {
-            let level = super::AGENT
-                .catalogue()
-                .get(&v.requirement)
-                .map(|r| r.level)
-                .unwrap_or(Level::Must);
-            let graded = Outcome::grade(level, true, strict);
-            if graded.severity() > outcome.severity() {
-                outcome = graded;
-            }
-            lines.push(format!(
-                "[{} {}] {}",
-                level.as_str(),
-                v.requirement,
-                v.message
-            ));
+            ev.broke(&v.requirement, v.kind, v.message.clone());
         }
-        let message = match outcome {
-            Outcome::Pass => String::new(),
-            Outcome::Skip => self.skip.clone().unwrap_or_default(),
-            Outcome::Info if lines.is_empty() => self.observations.join("; "),
-            _ => {
-                if let Some(why) = &self.skip {
-                    lines.push(format!("(the case then stopped: {why})"));
-                }
-                lines.extend(self.monitor.kept.note());
-                if self.ended_early {
-                    let stderr = self.stream.process.stderr_tail();
-                    if !stderr.trim().is_empty() {
-                        lines.push(format!(
-                            "the agent's stderr:\n{}",
-                            truncate(stderr.trim_end(), 2000)
-                        ));
-                    }
-                }
-                lines.join("\n")
+        ev.appendix.extend(self.monitor.kept.note());
+        if self.ended_early {
+            let stderr = self.stream.process.stderr_tail();
+            if !stderr.trim().is_empty() {
+                ev.appendix.push(format!(
+                    "the agent's stderr:\n{}",
+                    truncate(stderr.trim_end(), 2000)
+                ));
             }
-        };
-        (outcome, message)
+        }
+        ev
     }
 }
 

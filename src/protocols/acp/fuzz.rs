@@ -17,7 +17,6 @@ use super::schema::{self, Side};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
-use crate::outcome::CaseResult;
 use crate::runner::CaseFuture;
 use crate::target::Target;
 use proptest::prelude::*;
@@ -257,9 +256,5 @@ impl fuzz::Harness for Harness {
     fn reset(self: Arc<Self>) -> ResetFuture {
         // Every case starts its own agent.
         Box::pin(async { Ok(()) })
-    }
-
-    fn class(&self, r: &CaseResult) -> String {
-        fuzz::class_by_rule(r, "the agent stopped answering")
     }
 }

@@ -8,6 +8,7 @@
 
 use super::schema::{self, Side};
 use super::table;
+use crate::evidence::Kind;
 use crate::keep::Keep;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -49,6 +50,7 @@ pub mod rules {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
     pub requirement: String,
+    pub kind: Kind,
     pub message: String,
 }
 
@@ -155,7 +157,7 @@ impl Monitor {
         self.agent_capabilities.as_ref()
     }
 
-    fn violate(&mut self, requirement: &str, message: String) {
+    fn violate(&mut self, requirement: &str, kind: Kind, message: String) {
         // The same finding twice in one case says nothing new.
         if self
             .seen_violation
@@ -163,6 +165,7 @@ impl Monitor {
         {
             self.violations.push(Violation {
                 requirement: requirement.to_owned(),
+                kind,
                 message,
             });
         }
@@ -241,7 +244,11 @@ impl Monitor {
         let text = match std::str::from_utf8(line) {
             Ok(t) => t,
             Err(e) => {
-                self.violate(rules::UTF8, format!("a line on stdout is not UTF-8 ({e})"));
+                self.violate(
+                    rules::UTF8,
+                    Kind::Malformed,
+                    format!("a line on stdout is not UTF-8 ({e})"),
+                );
                 return Incoming::Unusable;
             }
         };
@@ -251,6 +258,7 @@ impl Monitor {
             Err(e) => {
                 self.violate(
                     rules::STDOUT_ONLY,
+                    Kind::Malformed,
                     format!(
                         "a line on stdout is not a JSON message ({e}): {}",
                         crate::matcher::truncate(text, 160)
@@ -262,6 +270,7 @@ impl Monitor {
         let Value::Object(o) = value else {
             self.violate(
                 rules::STDOUT_ONLY,
+                Kind::Malformed,
                 format!(
                     "a line on stdout is JSON but not a JSON-RPC message object: {}",
                     crate::matcher::truncate(text, 160)
@@ -272,6 +281,7 @@ impl Monitor {
         if o.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             self.violate(
                 rules::ENVELOPE,
+                Kind::Envelope,
                 format!(
                     "`jsonrpc` is {}, not \"2.0\": {}",
                     o.get("jsonrpc")
@@ -293,6 +303,7 @@ impl Monitor {
             (Some(other), _) => {
                 self.violate(
                     rules::ENVELOPE,
+                    Kind::Envelope,
                     format!("`method` is {other}, not a string"),
                 );
                 Incoming::Unusable
@@ -306,6 +317,7 @@ impl Monitor {
         if !errors.is_empty() {
             self.violate(
                 rules::SCHEMA,
+                Kind::Shape,
                 format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
             );
         }
@@ -316,6 +328,7 @@ impl Monitor {
         if !self.sessions.contains_key(&session) {
             self.violate(
                 rules::SESSION_BOUND,
+                Kind::Rule,
                 format!("{what} names session {session:?}, which the agent never gave this client"),
             );
         }
@@ -332,6 +345,7 @@ impl Monitor {
             }
             Some(m) if m.side == Side::Agent => self.violate(
                 rules::SCHEMA,
+                Kind::Shape,
                 format!("the agent sent {method}, a method the client sends to the agent"),
             ),
             _ => {}
@@ -344,7 +358,7 @@ impl Monitor {
             && !table::advertised(&self.client_capabilities, g.capability)
         {
             self.violate(
-                g.requirement,
+                g.requirement, Kind::Unexpected,
                 format!(
                     "the agent called {method} although the client did not advertise clientCapabilities{}",
                     g.capability.replace('/', ".")
@@ -358,6 +372,7 @@ impl Monitor {
             {
                 self.violate(
                     rules::ABSOLUTE_PATHS,
+                    Kind::Rule,
                     format!("{what} has `{field}` {p:?}, not an absolute path"),
                 );
             }
@@ -409,7 +424,7 @@ impl Monitor {
             // receiving the session/cancel notification, but it MUST ensure
             // that it does so before responding to the session/prompt request."
             Some(SessionState::Idle) => self.violate(
-                rules::UPDATES_BEFORE_RESPONSE,
+                rules::UPDATES_BEFORE_RESPONSE, Kind::Unexpected,
                 format!(
                     "a {kind} update for session {session:?} arrived after the response that ended its turn (or before any turn)"
                 ),
@@ -419,11 +434,11 @@ impl Monitor {
             // "When all the conversation entries have been streamed to the
             // Client, the Agent MUST respond to the original session/load request."
             Some(SessionState::Loaded) => self.violate(
-                rules::LOAD_REPLAY_BEFORE_RESPONSE,
+                rules::LOAD_REPLAY_BEFORE_RESPONSE, Kind::Unexpected,
                 format!("a {kind} update for session {session:?} arrived after the session/load response"),
             ),
             Some(SessionState::Resuming(_)) => self.violate(
-                rules::RESUME_NO_REPLAY,
+                rules::RESUME_NO_REPLAY, Kind::Unexpected,
                 format!("a {kind} update for session {session:?} arrived while session/resume was unanswered"),
             ),
             _ => {}
@@ -437,6 +452,7 @@ impl Monitor {
         if has_result == has_error {
             self.violate(
                 rules::ENVELOPE,
+                Kind::Envelope,
                 format!(
                     "a response carries {} (exactly one is required): {}",
                     if has_result {
@@ -454,7 +470,7 @@ impl Monitor {
             // object (e.g. Parse error/Invalid Request), it MUST be Null."
             None if has_error => {
                 self.violate(
-                    rules::ENVELOPE,
+                    rules::ENVELOPE, Kind::Envelope,
                     "an error response has no `id` (JSON-RPC 2.0: it is null when the request's id could not be read)".into(),
                 );
                 Value::Null
@@ -462,6 +478,7 @@ impl Monitor {
             None => {
                 self.violate(
                     rules::ENVELOPE,
+                    Kind::Envelope,
                     "a message has neither `method` nor `id`".into(),
                 );
                 return Incoming::Unusable;
@@ -497,6 +514,7 @@ impl Monitor {
             {
                 self.violate(
                     rules::ID_ECHO,
+                    Kind::Envelope,
                     format!(
                         "the response to {} has id {id}, the request's id was {}",
                         near.method, near.id
@@ -506,7 +524,7 @@ impl Monitor {
                 return self.answered(id_key(&near.id), near, o);
             }
             self.violate(
-                rules::NOTIFICATION_UNANSWERED,
+                rules::NOTIFICATION_UNANSWERED, Kind::Unexpected,
                 format!(
                     "a response with id {id} answers no request conform has outstanding (a notification answered, or a request answered twice): {}",
                     crate::matcher::truncate(&Value::Object(o).to_string(), 160)

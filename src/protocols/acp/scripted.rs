@@ -10,10 +10,10 @@
 
 use super::schema::{self, Side};
 use crate::case::Case;
+use crate::evidence::{Evidence, Kind};
 use crate::matcher::{self, Vars};
-use crate::outcome::{Outcome, SkipKind};
-use crate::peer::Findings;
-pub use crate::peer::Grade;
+use crate::outcome::SkipKind;
+use crate::peer::{Check, ExitWant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -60,52 +60,111 @@ const UNADVERTISED: &[(&str, &str)] = &[
 ];
 
 /// What the agent does during the turn, in order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Action {
-    /// Send this request to the client and wait for its answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<String>,
-    /// Send this notification.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub notify: Option<String>,
-    /// The params, a template: `${session}`, `${cwd}`, `${terminal}` (the last
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawAction", into = "RawAction")]
+pub enum Action {
+    /// Send this request to the client and wait for its answer. The params
+    /// are a template: `${session}`, `${cwd}`, `${terminal}` (the last
     /// terminal the client created).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub params: Option<Value>,
+    Request {
+        method: String,
+        params: Option<Value>,
+    },
+    /// Send this notification.
+    Notify {
+        method: String,
+        params: Option<Value>,
+    },
     /// Write a file under the session's cwd before going on (the agent's own setup).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_file: Option<String>,
+    WriteFile { name: String, content: String },
     /// Check that a file under the session's cwd holds `content`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
+    CheckFile { name: String, content: String },
 }
 
-impl Action {
-    fn check(&self) -> Result<(), String> {
-        let n = [
-            self.request.is_some(),
-            self.notify.is_some(),
-            self.write_file.is_some(),
-            self.check_file.is_some(),
-        ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if n != 1 {
-            return Err("a turn action is one of request, notify, writeFile, checkFile".into());
-        }
-        if (self.write_file.is_some() || self.check_file.is_some()) != self.content.is_some() {
-            return Err("writeFile and checkFile take content, and only they do".into());
-        }
-        for name in self.write_file.iter().chain(&self.check_file) {
+/// A turn action as the case file writes it: exactly one of `request`,
+/// `notify`, `writeFile`, `checkFile`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawAction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    notify: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    params: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    write_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    check_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+}
+
+impl TryFrom<RawAction> for Action {
+    type Error = String;
+
+    fn try_from(r: RawAction) -> Result<Action, String> {
+        let file = |name: String, content: Option<String>| -> Result<(String, String), String> {
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
                 return Err(format!("{name:?}: a file name in the session's cwd"));
             }
+            content
+                .map(|c| (name, c))
+                .ok_or_else(|| "writeFile and checkFile take content, and only they do".into())
+        };
+        let files = r.write_file.is_some() || r.check_file.is_some();
+        if r.content.is_some() && !files {
+            return Err("writeFile and checkFile take content, and only they do".into());
         }
-        Ok(())
+        if r.params.is_some() && files {
+            return Err("params go with request and notify".into());
+        }
+        match (r.request, r.notify, r.write_file, r.check_file) {
+            (Some(method), None, None, None) => Ok(Action::Request {
+                method,
+                params: r.params,
+            }),
+            (None, Some(method), None, None) => Ok(Action::Notify {
+                method,
+                params: r.params,
+            }),
+            (None, None, Some(name), None) => {
+                let (name, content) = file(name, r.content)?;
+                Ok(Action::WriteFile { name, content })
+            }
+            (None, None, None, Some(name)) => {
+                let (name, content) = file(name, r.content)?;
+                Ok(Action::CheckFile { name, content })
+            }
+            _ => Err("a turn action is one of request, notify, writeFile, checkFile".into()),
+        }
+    }
+}
+
+impl From<Action> for RawAction {
+    fn from(a: Action) -> RawAction {
+        match a {
+            Action::Request { method, params } => RawAction {
+                request: Some(method),
+                params,
+                ..RawAction::default()
+            },
+            Action::Notify { method, params } => RawAction {
+                notify: Some(method),
+                params,
+                ..RawAction::default()
+            },
+            Action::WriteFile { name, content } => RawAction {
+                write_file: Some(name),
+                content: Some(content),
+                ..RawAction::default()
+            },
+            Action::CheckFile { name, content } => RawAction {
+                check_file: Some(name),
+                content: Some(content),
+                ..RawAction::default()
+            },
+        }
     }
 }
 
@@ -123,10 +182,6 @@ pub struct Script {
 impl Script {
     /// Checks what serde cannot; called at load.
     pub fn check(&self) -> Result<(), String> {
-        for (i, a) in self.turn.iter().enumerate() {
-            a.check()
-                .map_err(|e| format!("config: turn action {i}: {e}"))?;
-        }
         if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
             return Err("config: deadline is between 0 and 600 seconds".into());
         }
@@ -138,78 +193,143 @@ impl Script {
     }
 }
 
-/// One check of a client case: exactly one of `answered`, `sends`, `file`, `exit`.
+/// One check of a client case.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "RawClientStep")]
 pub struct ClientStep {
-    /// The client answered the agent's `nth` request of this method...
-    #[serde(default)]
-    pub answered: Option<String>,
-    #[serde(default = "one")]
-    pub nth: usize,
-    /// ...with a result matching this pattern...
-    #[serde(default)]
-    pub result: Option<Value>,
-    /// ...or with an error (any error when `true`)...
-    #[serde(default)]
-    pub error: bool,
-    /// ...or with anything: a result or an error, with the request's id.
-    #[serde(default)]
-    pub any_answer: bool,
-    /// ...whose `output` is the last bytes of `full` that fit in `limit`,
-    /// cut at a character boundary, with `truncated` true.
-    #[serde(default)]
-    pub truncation_of: Option<String>,
-    #[serde(default)]
-    pub limit: Option<usize>,
-    /// ...within this many milliseconds of the request.
-    #[serde(default)]
-    pub within_ms: Option<u64>,
-    /// The client sent this method (a precondition of the scenario).
-    #[serde(default)]
-    pub sends: Option<String>,
-    /// The agent's `checkFile` of this name held.
-    #[serde(default)]
-    pub file: Option<String>,
-    /// The client's exit status class: `zero`.
-    #[serde(default)]
-    pub exit_zero: bool,
+    pub check: ClientCheck,
     /// A broken check is information, never a failure.
-    #[serde(default)]
     pub info: bool,
+}
+
+/// What a client case checks the client did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientCheck {
+    /// The client answered the agent's `nth` (from 1) request of `method`
+    /// as `want` says, within `within_ms` of the request when given.
+    Answered {
+        method: String,
+        nth: usize,
+        want: AnswerWant,
+        within_ms: Option<u64>,
+    },
+    /// The client sent this method (a precondition of the scenario).
+    Sends(String),
+    /// The agent's `checkFile` of this name held.
+    File(String),
+    /// The client's exit status.
+    Exit(ExitWant),
+}
+
+/// The answer an `answered` check wants.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnswerWant {
+    /// A result matching `pattern`, whose `output` is, when `truncation` is
+    /// given, the last bytes of its text that fit in its limit, cut at a
+    /// character boundary, with `truncated` true.
+    Result {
+        pattern: Option<Value>,
+        truncation: Option<(String, usize)>,
+    },
+    /// An error.
+    Error,
+    /// Anything: a result or an error, with the request's id.
+    Any,
+}
+
+/// A client step as the case file writes it: exactly one of `answered`,
+/// `sends`, `file`, `exit` (`exitZero` is `exit: "zero"`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawClientStep {
+    #[serde(default)]
+    answered: Option<String>,
+    #[serde(default = "one")]
+    nth: usize,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: bool,
+    #[serde(default)]
+    any_answer: bool,
+    #[serde(default)]
+    truncation_of: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    within_ms: Option<u64>,
+    #[serde(default)]
+    sends: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
+    #[serde(default)]
+    exit: Option<ExitWant>,
+    #[serde(default)]
+    exit_zero: bool,
+    #[serde(default)]
+    info: bool,
 }
 
 fn one() -> usize {
     1
 }
 
-impl ClientStep {
-    /// Checks a step is one check with the parts that fit it; called at load.
-    pub fn check(&self) -> Result<(), String> {
-        let kinds = [
-            self.answered.is_some(),
-            self.sends.is_some(),
-            self.file.is_some(),
-            self.exit_zero,
-        ];
-        if kinds.iter().filter(|k| **k).count() != 1 {
-            return Err("a step is one of answered, sends, file, exitZero".into());
-        }
-        let answer_parts = self.result.is_some()
-            || self.error
-            || self.any_answer
-            || self.truncation_of.is_some()
-            || self.within_ms.is_some();
-        if answer_parts && self.answered.is_none() {
+impl TryFrom<RawClientStep> for ClientStep {
+    type Error = String;
+
+    fn try_from(r: RawClientStep) -> Result<ClientStep, String> {
+        let exit = match (r.exit, r.exit_zero) {
+            (Some(_), true) => return Err("exit and exitZero say the same: give one".into()),
+            (Some(w), false) => Some(w),
+            (None, true) => Some(ExitWant::Named(crate::peer::ExitClass::Zero)),
+            (None, false) => None,
+        };
+        let answer_parts = r.result.is_some()
+            || r.error
+            || r.any_answer
+            || r.truncation_of.is_some()
+            || r.within_ms.is_some();
+        if answer_parts && r.answered.is_none() {
             return Err("result, error and truncationOf go with answered".into());
         }
-        if self.truncation_of.is_some() != self.limit.is_some() {
+        if r.truncation_of.is_some() != r.limit.is_some() {
             return Err("truncationOf takes limit".into());
         }
-        if self.nth == 0 {
+        if r.nth == 0 {
             return Err("nth counts from 1".into());
         }
-        Ok(())
+        let mut checks = Vec::new();
+        if let Some(method) = r.answered {
+            let want = match (r.error, r.any_answer) {
+                (true, false) if r.result.is_none() && r.truncation_of.is_none() => {
+                    AnswerWant::Error
+                }
+                (false, true) if r.result.is_none() && r.truncation_of.is_none() => AnswerWant::Any,
+                (false, false) => AnswerWant::Result {
+                    pattern: r.result,
+                    truncation: r.truncation_of.zip(r.limit),
+                },
+                _ => {
+                    return Err("an answer is a result (with its pattern), an error, or any".into());
+                }
+            };
+            checks.push(ClientCheck::Answered {
+                method,
+                nth: r.nth,
+                want,
+                within_ms: r.within_ms,
+            });
+        }
+        checks.extend(r.sends.map(ClientCheck::Sends));
+        checks.extend(r.file.map(ClientCheck::File));
+        checks.extend(exit.map(ClientCheck::Exit));
+        match <[ClientCheck; 1]>::try_from(checks) {
+            Ok([check]) => Ok(ClientStep {
+                check,
+                info: r.info,
+            }),
+            Err(_) => Err("a step is one of answered, sends, file, exit".into()),
+        }
     }
 }
 
@@ -335,37 +455,40 @@ impl ScriptedAgent {
     fn advance(&mut self, out: &mut Vec<Value>, files: &mut Vec<(String, bool, String)>) {
         while let Some(action) = self.script.turn.get(self.next_action).cloned() {
             self.next_action += 1;
-            let params = action
-                .params
-                .as_ref()
-                .map(|p| matcher::expand(p, &self.vars()).unwrap_or_else(|_| p.clone()))
-                .unwrap_or_else(|| json!({}));
-            if let Some(method) = &action.request {
-                self.next_id += 1;
-                out.push(json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}));
-                self.waiting = Some((self.next_id, method.clone()));
-                return;
-            }
-            if let Some(method) = &action.notify {
-                out.push(json!({"jsonrpc": "2.0", "method": method, "params": params}));
-            }
+            let expand = |p: Option<&Value>| {
+                p.map(|p| matcher::expand(p, &self.vars()).unwrap_or_else(|_| p.clone()))
+                    .unwrap_or_else(|| json!({}))
+            };
             let cwd = self.cwd.clone().unwrap_or_default();
-            if let (Some(name), Some(content)) = (&action.write_file, &action.content) {
-                let _ = std::fs::write(Path::new(&cwd).join(name), content);
-            }
-            if let (Some(name), Some(content)) = (&action.check_file, &action.content) {
-                let (ok, detail) = match std::fs::read(Path::new(&cwd).join(name)) {
-                    Ok(b) if b == content.as_bytes() => (true, "holds what was written".into()),
-                    Ok(b) => (
-                        false,
-                        format!(
-                            "holds {:?}, not {content:?}",
-                            matcher::truncate(&String::from_utf8_lossy(&b), 200)
+            match &action {
+                Action::Request { method, params } => {
+                    let params = expand(params.as_ref());
+                    self.next_id += 1;
+                    out.push(json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}));
+                    self.waiting = Some((self.next_id, method.clone()));
+                    return;
+                }
+                Action::Notify { method, params } => {
+                    let params = expand(params.as_ref());
+                    out.push(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+                }
+                Action::WriteFile { name, content } => {
+                    let _ = std::fs::write(Path::new(&cwd).join(name), content);
+                }
+                Action::CheckFile { name, content } => {
+                    let (ok, detail) = match std::fs::read(Path::new(&cwd).join(name)) {
+                        Ok(b) if b == content.as_bytes() => (true, "holds what was written".into()),
+                        Ok(b) => (
+                            false,
+                            format!(
+                                "holds {:?}, not {content:?}",
+                                matcher::truncate(&String::from_utf8_lossy(&b), 200)
+                            ),
                         ),
-                    ),
-                    Err(e) => (false, format!("cannot be read: {e}")),
-                };
-                files.push((name.clone(), ok, detail));
+                        Err(e) => (false, format!("cannot be read: {e}")),
+                    };
+                    files.push((name.clone(), ok, detail));
+                }
             }
         }
         self.finish(out);
@@ -468,74 +591,59 @@ pub fn capability_of(method: &str) -> Option<&'static str> {
     }
 }
 
-/// Grades what the client did in `case`.
-pub fn grade(
-    case: &Case<super::ClientCases>,
-    events: &[Event],
-    end: ClientEnd,
-    strict: bool,
-) -> Grade {
+/// What the client did in `case`, as evidence for the grader.
+pub fn evidence(case: &Case<super::ClientCases>, events: &[Event], end: ClientEnd) -> Evidence {
     let r = read(events);
     // A turn needing a capability the client did not advertise is not applicable.
-    {
-        for a in &case.config.turn {
-            if let Some(cap) = a.request.as_deref().and_then(capability_of)
-                && r.capabilities.pointer(cap) != Some(&json!(true))
-                && !r.capabilities.is_null()
-            {
-                return Grade {
-                    outcome: Outcome::Skip,
-                    message: format!(
-                        "the client did not advertise clientCapabilities{} (true), which {} needs",
-                        cap.replace('/', "."),
-                        a.request.as_deref().unwrap_or("")
-                    ),
-                    also_broken: vec![],
-                    skip_kind: Some(SkipKind::Declared),
-                };
-            }
+    for a in &case.config.turn {
+        if let Action::Request { method, .. } = a
+            && let Some(cap) = capability_of(method)
+            && r.capabilities.pointer(cap) != Some(&json!(true))
+            && !r.capabilities.is_null()
+        {
+            let mut ev = Evidence::default();
+            ev.skip(
+                format!(
+                    "the client did not advertise clientCapabilities{} (true), which {method} needs",
+                    cap.replace('/', ".")
+                ),
+                SkipKind::Declared,
+            );
+            return ev;
         }
     }
-    let mut found = Findings {
-        broken: every_message(events, &r),
-        ..Findings::default()
-    };
-    for step in &case.steps {
-        match check_step(step, events, &r, end) {
-            Ok(()) => {}
-            // The later steps are about what the client did not do: moot.
-            Err(Why::Unseen(w)) => {
-                found.unseen.push(w);
-                break;
+    let broken = every_message(events, &r)
+        .into_iter()
+        .map(|(rule, why)| {
+            let kind = kind_of(&rule);
+            (rule, kind, why)
+        })
+        .collect();
+    crate::peer::evidence(
+        broken,
+        &case.steps,
+        |s| s.info,
+        |s| check_step(&s.check, events, &r, end),
+        "client",
+        describe(&r, end),
+    )
+}
+
+fn check_step(check: &ClientCheck, events: &[Event], r: &Read, end: ClientEnd) -> Check {
+    match check {
+        ClientCheck::Sends(m) => {
+            let sent = r
+                .from_client
+                .iter()
+                .flatten()
+                .any(|v| v.get("method") == Some(&json!(m)));
+            if sent {
+                Check::Holds
+            } else {
+                Check::Unseen(format!("the client never sent {m}"))
             }
-            Err(Why::Broken(w)) if step.info => found.notes.push(w),
-            Err(Why::Broken(w)) => found.failures.push(w),
         }
-    }
-    found.grade(case, strict, &describe(&r, end), "client")
-}
-
-enum Why {
-    Broken(String),
-    /// The client never did what the check is about (the workload contract).
-    Unseen(String),
-}
-
-fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> Result<(), Why> {
-    if let Some(m) = &step.sends {
-        let sent = r
-            .from_client
-            .iter()
-            .flatten()
-            .any(|v| v.get("method") == Some(&json!(m)));
-        return if sent {
-            Ok(())
-        } else {
-            Err(Why::Unseen(format!("the client never sent {m}")))
-        };
-    }
-    if let Some(name) = &step.file {
-        return match events.iter().find_map(|e| match e {
+        ClientCheck::File(name) => match events.iter().find_map(|e| match e {
             Event::File {
                 name: n,
                 ok,
@@ -544,42 +652,48 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
             } if n == name => Some((*ok, detail.clone())),
             _ => None,
         }) {
-            Some((true, _)) => Ok(()),
-            Some((false, d)) => Err(Why::Broken(format!("{name} in the session's cwd {d}"))),
-            None => Err(Why::Unseen(format!(
-                "the turn never reached the check of {name}"
-            ))),
-        };
+            Some((true, _)) => Check::Holds,
+            Some((false, d)) => {
+                Check::Broken(Kind::Rule, format!("{name} in the session's cwd {d}"))
+            }
+            None => Check::Unseen(format!("the turn never reached the check of {name}")),
+        },
+        ClientCheck::Exit(want) => match end {
+            ClientEnd::Exited { code, .. } if want.holds(code) => Check::Holds,
+            other => Check::Broken(
+                Kind::Process,
+                format!(
+                    "expected exit status {want}, the client {}",
+                    end_text(other)
+                ),
+            ),
+        },
+        ClientCheck::Answered {
+            method,
+            nth,
+            want,
+            within_ms,
+        } => answered(method, *nth, want, *within_ms, r),
     }
-    if step.exit_zero {
-        return match end {
-            ClientEnd::Exited { code: Some(0), .. } => Ok(()),
-            other => Err(Why::Broken(format!(
-                "expected exit status 0, the client {}",
-                end_text(other)
-            ))),
-        };
-    }
-    let Some(m) = &step.answered else {
-        return Ok(());
-    };
+}
+
+/// Whether the client answered the agent's `nth` request of `m` as `want` says.
+fn answered(m: &str, nth: usize, want: &AnswerWant, within_ms: Option<u64>, r: &Read) -> Check {
     let Some((id, _, _)) = r
         .agent_requests
         .iter()
         .filter(|(_, method, _)| method == m)
-        .nth(step.nth - 1)
+        .nth(nth - 1)
     else {
-        return Err(Why::Unseen(format!(
-            "the turn never sent {m} (number {})",
-            step.nth
-        )));
+        return Check::Unseen(format!("the turn never sent {m} (number {nth})"));
     };
     let Some(answer) = r.answers.get(&id.to_string()) else {
-        return Err(Why::Broken(format!(
-            "the client never answered {m} (id {id})"
-        )));
+        return Check::Broken(
+            Kind::Missing,
+            format!("the client never answered {m} (id {id})"),
+        );
     };
-    if let Some(within) = step.within_ms {
+    if let Some(within) = within_ms {
         let asked = r.asked_at.get(&id.to_string()).copied().unwrap_or(0);
         let answered = r
             .answered_at
@@ -587,31 +701,44 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
             .copied()
             .unwrap_or(u64::MAX);
         if answered.saturating_sub(asked) > within {
-            return Err(Why::Broken(format!(
-                "the client answered {m} {} ms after the request, not within {within} ms",
-                answered.saturating_sub(asked)
-            )));
+            return Check::Broken(
+                Kind::Rule,
+                format!(
+                    "the client answered {m} {} ms after the request, not within {within} ms",
+                    answered.saturating_sub(asked)
+                ),
+            );
         }
     }
-    if step.any_answer {
-        return Ok(());
-    }
-    if step.error {
-        return match answer.get("error") {
-            Some(e) if e.is_object() => Ok(()),
-            _ => Err(Why::Broken(format!(
-                "{m} was answered with {}, not an error",
-                matcher::brief(answer)
-            ))),
-        };
-    }
-    let Some(result) = answer.get("result") else {
-        return Err(Why::Broken(format!(
-            "{m} was answered with an error: {}",
-            matcher::brief(answer.get("error").unwrap_or(&Value::Null))
-        )));
+    let (pattern, truncation) = match want {
+        AnswerWant::Any => return Check::Holds,
+        AnswerWant::Error => {
+            return match answer.get("error") {
+                Some(e) if e.is_object() => Check::Holds,
+                _ => Check::Broken(
+                    Kind::WrongKind,
+                    format!(
+                        "{m} was answered with {}, not an error",
+                        matcher::brief(answer)
+                    ),
+                ),
+            };
+        }
+        AnswerWant::Result {
+            pattern,
+            truncation,
+        } => (pattern, truncation),
     };
-    if let Some(want) = &step.result {
+    let Some(result) = answer.get("result") else {
+        return Check::Broken(
+            Kind::WrongKind,
+            format!(
+                "{m} was answered with an error: {}",
+                matcher::brief(answer.get("error").unwrap_or(&Value::Null))
+            ),
+        );
+    };
+    if let Some(want) = pattern {
         let mut errors = Vec::new();
         matcher::match_value(
             want,
@@ -621,10 +748,12 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
             &mut errors,
         );
         if !errors.is_empty() {
-            return Err(Why::Broken(format!("{m}: {}", errors.join("; "))));
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return Check::Broken(Kind::Mismatch, format!("{m}: {}", errors.join("; ")));
         }
     }
-    if let (Some(full), Some(limit)) = (&step.truncation_of, step.limit) {
+    if let Some((full, limit)) = truncation {
+        let limit = *limit;
         let output = result.get("output").and_then(Value::as_str).unwrap_or("");
         let mut problems = Vec::new();
         if output.len() > limit {
@@ -648,10 +777,10 @@ fn check_step(step: &ClientStep, events: &[Event], r: &Read, end: ClientEnd) -> 
             problems.push("truncated is not true".into());
         }
         if !problems.is_empty() {
-            return Err(Why::Broken(format!("{m}: {}", problems.join("; "))));
+            return Check::Broken(Kind::Rule, format!("{m}: {}", problems.join("; ")));
         }
     }
-    Ok(())
+    Check::Holds
 }
 
 /// The longest end of `full` that fits in `limit` bytes and starts on a character.
@@ -701,6 +830,22 @@ fn describe(r: &Read, end: ClientEnd) -> String {
 }
 
 /// The rules every line of every case is held to, as (requirement, why).
+/// What kind of deviation breaking each every-message rule is.
+fn kind_of(rule: &str) -> Kind {
+    match rule {
+        rules::UTF8 | rules::STDIN_ONLY => Kind::Malformed,
+        rules::SCHEMA => Kind::Shape,
+        rules::NO_LOAD
+        | rules::NO_RESUME
+        | rules::NO_CLOSE
+        | rules::NO_LIST
+        | rules::NO_DELETE
+        | rules::NO_LOGOUT
+        | rules::PROMPT_CAPABILITIES => Kind::Unexpected,
+        _ => Kind::Rule,
+    }
+}
+
 fn every_message(events: &[Event], r: &Read) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let schema = schema::schema();
@@ -870,13 +1015,9 @@ mod tests {
     #[test]
     fn the_agent_answers_and_runs_its_turn_in_order() {
         let script = Script {
-            turn: vec![Action {
-                request: Some("fs/read_text_file".into()),
-                notify: None,
+            turn: vec![Action::Request {
+                method: "fs/read_text_file".into(),
                 params: Some(json!({"sessionId": "${session}", "path": "${cwd}/x"})),
-                write_file: None,
-                check_file: None,
-                content: None,
             }],
             deadline: None,
         };
@@ -892,5 +1033,26 @@ mod tests {
         let (out, _) = a.handle(br#"{"jsonrpc":"2.0","id":1,"result":{"content":""}}"#);
         assert_eq!(out[0]["id"], 2);
         assert_eq!(out[0]["result"]["stopReason"], "end_turn");
+    }
+
+    #[test]
+    fn a_turn_action_round_trips_and_its_parts_must_fit() {
+        let a: Action =
+            serde_json::from_value(json!({"writeFile": "x.txt", "content": "hi"})).unwrap();
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            json!({"writeFile": "x.txt", "content": "hi"})
+        );
+        for bad in [
+            json!({"writeFile": "x.txt"}),
+            json!({"request": "m", "notify": "n"}),
+            json!({"request": "m", "content": "c"}),
+            json!({"checkFile": "../x", "content": "c"}),
+        ] {
+            assert!(
+                serde_json::from_value::<Action>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

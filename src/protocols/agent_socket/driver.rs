@@ -5,11 +5,10 @@ use super::steps::{Expect, NamedCheck, Need, Pause, Raw, ReplyRule, Send, Step};
 use super::table::{self, Deadline};
 use super::validate::{self, DeclaredSandbox, DeclaredTool};
 use crate::case::{Case, ForEach};
+use crate::evidence::{Evidence, Finding, Kind};
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{
-    CaseResult, Direction, Outcome, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
-};
+use crate::outcome::{CaseResult, Direction, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
 use crate::transport::budget::Held;
 use crate::transport::process::describe_status;
 use crate::transport::unix::{self, ReadOutcome};
@@ -240,11 +239,9 @@ impl Session {
             session: self,
             started,
             transcript: Arc::new(Mutex::new(Vec::new())),
-            findings: Vec::new(),
-            observations: Vec::new(),
+            ev: Evidence::default(),
             conns: HashMap::new(),
             vars: self.declared.vars.clone(),
-            conform_error: None,
         };
         let uniq = self.next_uniq.fetch_add(1, Ordering::Relaxed);
         let slug: String = case
@@ -261,11 +258,8 @@ impl Session {
             run.vars
                 .set("scratch", json!(format!("{ws}/.conform-{uniq}")));
         }
-        let mut skip_kind = None;
-        let outcome = if let Some((why, kind)) = self.skip_reason(&case.needs) {
-            run.observations.push(why);
-            skip_kind = Some(kind);
-            Outcome::Skip
+        if let Some((why, kind)) = self.skip_reason(&case.needs) {
+            run.ev.skip(why, kind);
         } else {
             let rounds: Vec<Option<&DeclaredTool>> = match case.for_each {
                 Some(ForEach::Tool) => self.declared.tools.iter().map(Some).collect(),
@@ -278,59 +272,33 @@ impl Session {
                         json!({"name": t.full_name, "input": validate::example_input(&t.input_schema, 0)}),
                     );
                 }
-                let before = run.findings.len();
+                let before = run.ev.findings.len();
                 run.steps(&case.steps).await;
                 if let Some(t) = tool {
-                    for f in &mut run.findings[before..] {
-                        *f = format!("tool {}: {f}", t.full_name);
+                    for f in &mut run.ev.findings[before..] {
+                        f.message = format!("tool {}: {}", t.full_name, f.message);
                     }
                 }
-                if run.conform_error.is_some() {
+                if run.ev.error.is_some() {
                     break;
                 }
             }
-            let main_findings = run.findings.len();
+            let main_findings = run.ev.findings.len();
             run.steps(&case.finally).await;
             // Clean-up failures are worth knowing, not a verdict.
-            let cleanup: Vec<String> = run.findings.drain(main_findings..).collect();
-            run.observations
-                .extend(cleanup.into_iter().map(|f| format!("clean-up: {f}")));
+            let cleanup: Vec<Finding> = run.ev.findings.drain(main_findings..).collect();
+            for f in cleanup {
+                run.ev.observe(format!("clean-up: {}", f.message));
+            }
             for (name, handle) in run.conns.drain() {
                 handle.abort();
-                run.observations
-                    .push(format!("connection `{name}` was never awaited"));
+                run.ev
+                    .observe(format!("connection `{name}` was never awaited"));
             }
-            if run.conform_error.is_some() {
-                Outcome::Error
-            } else {
-                Outcome::grade(case.level, !run.findings.is_empty(), self.strict)
-            }
-        };
-        let message = match outcome {
-            Outcome::Pass => String::new(),
-            Outcome::Error => run.conform_error.clone().unwrap_or_default(),
-            Outcome::Skip | Outcome::Info if run.findings.is_empty() => run.observations.join("; "),
-            _ => {
-                let mut m = run.findings.join("\n");
-                if case.level == crate::case::Level::Info && !run.observations.is_empty() {
-                    m = format!("{}\n{m}", run.observations.join("; "));
-                }
-                m
-            }
-        };
+        }
         let transcript =
             std::mem::take(&mut *run.transcript.lock().unwrap_or_else(|e| e.into_inner()));
-        CaseResult {
-            id: case.id.clone(),
-            title: case.title.clone(),
-            level: case.level,
-            requirements: case.requirements.clone(),
-            outcome,
-            message: message.trim().to_owned(),
-            duration_ms: started.elapsed().as_millis() as u64,
-            skip_kind,
-            transcript,
-        }
+        CaseResult::graded(case, run.ev, self.strict, started, transcript)
     }
 }
 
@@ -406,11 +374,9 @@ struct CaseRun<'a> {
     session: &'a Session,
     started: Instant,
     transcript: Arc<Mutex<Vec<TranscriptEntry>>>,
-    findings: Vec<String>,
-    observations: Vec<String>,
+    ev: Evidence,
     conns: HashMap<String, JoinHandle<Pending>>,
     vars: Vars,
-    conform_error: Option<String>,
 }
 
 fn log(
@@ -437,10 +403,10 @@ fn log(
 impl CaseRun<'_> {
     async fn steps(&mut self, steps: &[Step]) {
         for (i, step) in steps.iter().enumerate() {
-            let before = self.findings.len();
+            let before = self.ev.findings.len();
             self.step(i, step).await;
             // A step that broke leaves later steps nothing sound to build on.
-            if self.findings.len() > before || self.conform_error.is_some() {
+            if self.ev.findings.len() > before || self.ev.error.is_some() {
                 break;
             }
         }
@@ -458,16 +424,21 @@ impl CaseRun<'_> {
         if let Some(name) = &step.pending {
             match self.conns.get(name) {
                 Some(h) if !h.is_finished() => {}
-                Some(_) => self.findings.push(format!(
-                    "the reply on connection `{name}` had already arrived: the server did not answer the other request while it ran"
-                )),
-                None => self.conform_error = Some(format!("step {index}: no connection `{name}` to check")),
+                Some(_) => {
+                    self.ev.fail(Kind::Rule, format!(
+                        "the reply on connection `{name}` had already arrived: the server did not answer the other request while it ran"
+                    ));
+                }
+                None => self
+                    .ev
+                    .error(format!("step {index}: no connection `{name}` to check")),
             }
             return;
         }
         if let Some(name) = &step.await_conn {
             let Some(handle) = self.conns.remove(name) else {
-                self.conform_error = Some(format!("step {index}: no connection `{name}` to await"));
+                self.ev
+                    .error(format!("step {index}: no connection `{name}` to await"));
                 return;
             };
             match handle.await {
@@ -480,7 +451,7 @@ impl CaseRun<'_> {
                     self.session.settle(&p.outcome, rule).await;
                     self.judge(step.expect.as_ref(), &p, name)
                 }
-                Err(e) => self.conform_error = Some(format!("connection `{name}`: {e}")),
+                Err(e) => self.ev.error(format!("connection `{name}`: {e}")),
             }
             return;
         }
@@ -502,7 +473,7 @@ impl CaseRun<'_> {
                 let params = match matcher::expand(&send.params, &self.vars) {
                     Ok(p) => p,
                     Err(e) => {
-                        self.conform_error = Some(format!("step {index}: {e}"));
+                        self.ev.error(format!("step {index}: {e}"));
                         return;
                     }
                 };
@@ -510,7 +481,7 @@ impl CaseRun<'_> {
                     Some(id) => match matcher::expand(id, &self.vars) {
                         Ok(v) => v,
                         Err(e) => {
-                            self.conform_error = Some(format!("step {index}: {e}"));
+                            self.ev.error(format!("step {index}: {e}"));
                             return;
                         }
                     },
@@ -524,7 +495,7 @@ impl CaseRun<'_> {
                 Ok(Value::String(s)) => (s.into_bytes(), None, None, Value::Null),
                 Ok(other) => (other.to_string().into_bytes(), None, None, Value::Null),
                 Err(e) => {
-                    self.conform_error = Some(format!("step {index}: {e}"));
+                    self.ev.error(format!("step {index}: {e}"));
                     return;
                 }
             },
@@ -550,7 +521,7 @@ impl CaseRun<'_> {
             (None, None) => match step.raw_hex.as_deref().and_then(crate::case::hex_bytes) {
                 Some(b) => (b, None, None, Value::Null),
                 None => {
-                    self.conform_error = Some(format!("step {index}: nothing to send"));
+                    self.ev.error(format!("step {index}: nothing to send"));
                     return;
                 }
             },
@@ -706,10 +677,12 @@ impl CaseRun<'_> {
                     // Raw bytes are not a request Vibe sends: a server may
                     // close on them before it has read them all.
                     if step.send.is_some() || error.starts_with("cannot connect") {
-                        self.findings
-                            .push(format!("{error}{}", self.session.target_note()));
+                        self.ev.fail(
+                            Kind::Transport,
+                            format!("{error}{}", self.session.target_note()),
+                        );
                     } else {
-                        self.observations.push(error.clone());
+                        self.ev.observe(error.clone());
                     }
                 }
                 return;
@@ -723,13 +696,18 @@ impl CaseRun<'_> {
             };
             let rule = expect.as_ref().map(Expect::rule).unwrap_or(ReplyRule::Any);
             self.session.settle(&p.outcome, rule).await;
-            let before = self.findings.len();
+            let before = self.ev.findings.len();
             self.judge(expect.as_ref(), &p, &conn_name);
-            if step.probe && self.findings.len() > before {
-                let detail = self.findings.split_off(before).join("; ");
-                self.findings.push(format!(
-                    "the server no longer serves a handshake afterwards: {detail}"
-                ));
+            if step.probe && self.ev.findings.len() > before {
+                let broken = self.ev.findings.split_off(before);
+                let detail: Vec<&str> = broken.iter().map(|f| f.message.as_str()).collect();
+                self.ev.fail(
+                    Kind::Stopped,
+                    format!(
+                        "the server no longer serves a handshake afterwards: {}",
+                        detail.join("; ")
+                    ),
+                );
             }
         } else {
             self.conns.insert(conn_name, tokio::spawn(task));
@@ -783,25 +761,38 @@ impl CaseRun<'_> {
             Ok(m) => {
                 let mode = m.permissions().mode() & 0o777;
                 if mode & 0o177 != 0 {
-                    self.findings.push(format!(
-                        "the socket file has mode {mode:04o}; 0600 or stricter is required"
-                    ));
+                    self.ev
+                        .fail(
+                            Kind::Rule,
+                            format!(
+                                "the socket file has mode {mode:04o}; 0600 or stricter is required"
+                            ),
+                        )
+                        .seen("0600", format!("{mode:04o}"));
                 } else {
-                    self.observations.push(format!("socket mode {mode:04o}"));
+                    self.ev.observe(format!("socket mode {mode:04o}"));
                 }
             }
-            Err(e) => self
-                .findings
-                .push(format!("cannot stat the socket {}: {e}", path.display())),
+            Err(e) => {
+                self.ev.fail(
+                    Kind::Rule,
+                    format!("cannot stat the socket {}: {e}", path.display()),
+                );
+            }
         }
         if let Some(dir) = path.parent()
             && let Ok(m) = std::fs::metadata(dir)
         {
             let mode = m.permissions().mode() & 0o777;
             if mode & 0o077 != 0 {
-                self.findings.push(format!(
-                    "the socket's directory has mode {mode:04o}; 0700 or stricter is required"
-                ));
+                self.ev
+                    .fail(
+                        Kind::Rule,
+                        format!(
+                            "the socket's directory has mode {mode:04o}; 0700 or stricter is required"
+                        ),
+                    )
+                    .seen("0700", format!("{mode:04o}"));
             }
         }
     }
@@ -829,13 +820,16 @@ impl CaseRun<'_> {
                     // "Lines are JSON-RPC 2.0 messages ... compact JSON followed by ``\\n``":
                     // a reply that starts is a whole line.
                     ReplyRule::IfAny | ReplyRule::Due if cut => {
-                        self.findings.push(format!(
-                            "{what}: the reply is not a whole line: {seen}{}",
-                            self.session.target_note()
-                        ));
+                        self.ev.fail(
+                            Kind::Framing,
+                            format!(
+                                "{what}: the reply is not a whole line: {seen}{}",
+                                self.session.target_note()
+                            ),
+                        );
                     }
                     ReplyRule::Optional | ReplyRule::None | ReplyRule::IfAny => {
-                        self.observations.push(format!("{what}: {seen}"));
+                        self.ev.observe(format!("{what}: {seen}"));
                     }
                     _ => {
                         let why = if matches!(other, ReadOutcome::TimedOut { .. }) {
@@ -843,41 +837,50 @@ impl CaseRun<'_> {
                         } else {
                             String::new()
                         };
-                        self.findings.push(format!(
-                            "{what}: expected a reply line, {seen}{why}{}",
-                            self.session.target_note()
-                        ));
+                        self.ev
+                            .fail(
+                                Kind::Missing,
+                                format!(
+                                    "{what}: expected a reply line, {seen}{why}{}",
+                                    self.session.target_note()
+                                ),
+                            )
+                            .expected = Some("a reply line".into());
                     }
                 }
                 return;
             }
         };
         if rule == ReplyRule::None {
-            self.findings.push(format!(
-                "{what}: expected no reply, got {}",
-                truncate(&String::from_utf8_lossy(line), 200)
-            ));
+            let got = truncate(&String::from_utf8_lossy(line), 200);
+            self.ev
+                .fail(
+                    Kind::Unexpected,
+                    format!("{what}: expected no reply, got {got}"),
+                )
+                .seen("no reply", got);
             return;
         }
         if let Some(why) = jsonrpc::too_many_values(line) {
-            self.conform_error = Some(format!("{what}: the reply is {why}"));
+            self.ev.error(format!("{what}: the reply is {why}"));
             return;
         }
         let reply = match jsonrpc::classify_reply(line) {
             Ok(r) => r,
             Err(e) => {
+                let got = truncate(&String::from_utf8_lossy(line), 200);
                 if rule == ReplyRule::Optional {
-                    self.observations.push(format!("{what}: {e}"));
+                    self.ev.observe(format!("{what}: {e}"));
                 } else if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
-                    self.findings.push(format!(
-                        "{what}: {e} (a reply is one line of JSON): {}",
-                        truncate(&String::from_utf8_lossy(line), 200)
-                    ));
+                    self.ev.fail(
+                        Kind::Malformed,
+                        format!("{what}: {e} (a reply is one line of JSON): {got}"),
+                    );
                 } else {
-                    self.findings.push(format!(
-                        "{what}: {e} (a reply is one line of compact JSON): {}",
-                        truncate(&String::from_utf8_lossy(line), 200)
-                    ));
+                    self.ev.fail(
+                        Kind::Malformed,
+                        format!("{what}: {e} (a reply is one line of compact JSON): {got}"),
+                    );
                 }
                 return;
             }
@@ -891,15 +894,23 @@ impl CaseRun<'_> {
             .filter_map(|c| c.observation.clone())
             .collect();
         if seen.is_empty() {
-            self.observations
-                .push(format!("{what}: {}", describe_kind(&reply.kind)));
+            self.ev
+                .observe(format!("{what}: {}", describe_kind(&reply.kind)));
         } else {
-            self.observations.extend(seen);
+            self.ev.observations.extend(seen);
         }
         let Some(expect) = expect else { return };
         if rule == ReplyRule::Optional {
             return;
         }
+        let mut found: Vec<Finding> = Vec::new();
+        let envelope = |found: &mut Vec<Finding>, expected: Option<&Value>| {
+            found.extend(
+                jsonrpc::envelope_violations(&reply, expected)
+                    .into_iter()
+                    .map(|e| Finding::new(None, Kind::Envelope, e)),
+            );
+        };
         if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
             // The id is null, or the one the request carried, or anything
             // when conform could not read the request's bytes itself.
@@ -910,78 +921,114 @@ impl CaseRun<'_> {
                 (Some(id), _) => id.clone(),
                 (None, None) => None,
             };
-            for e in jsonrpc::envelope_violations(&reply, expected.as_ref()) {
-                self.findings.push(format!("{what}: {e}"));
-            }
+            envelope(&mut found, expected.as_ref());
+            self.record(&what, found);
             return;
         }
-        let mut errors: Vec<String> = Vec::new();
         match (&reply.kind, rule) {
             (ReplyKind::Result(_), ReplyRule::Error) | (ReplyKind::Empty, ReplyRule::Error) => {
-                errors.push(format!(
-                    "expected an error, got {}",
-                    describe_kind(&reply.kind)
-                ))
+                let got = describe_kind(&reply.kind);
+                found.push(
+                    Finding::new(
+                        None,
+                        Kind::WrongKind,
+                        format!("expected an error, got {got}"),
+                    )
+                    .saw("an error", got),
+                )
             }
             (ReplyKind::Error { .. }, ReplyRule::Result)
-            | (ReplyKind::Empty, ReplyRule::Result) => errors.push(format!(
-                "expected a result, got {}",
-                describe_kind(&reply.kind)
-            )),
-            (ReplyKind::Empty, ReplyRule::Any) => {
-                errors.push("the reply has neither a result nor an error".into())
+            | (ReplyKind::Empty, ReplyRule::Result) => {
+                let got = describe_kind(&reply.kind);
+                found.push(
+                    Finding::new(
+                        None,
+                        Kind::WrongKind,
+                        format!("expected a result, got {got}"),
+                    )
+                    .saw("a result", got),
+                )
             }
+            (ReplyKind::Empty, ReplyRule::Any) => found.push(Finding::new(
+                None,
+                Kind::Envelope,
+                "the reply has neither a result nor an error",
+            )),
             _ => {}
         }
-        if errors.is_empty() {
+        if found.is_empty() {
+            let shape = |found: &mut Vec<Finding>, v: Vec<String>| {
+                found.extend(v.into_iter().map(|e| Finding::new(None, Kind::Shape, e)));
+            };
             match &reply.kind {
                 ReplyKind::Result(result) => {
                     if expect.shape
                         && let Some(spec) = p.method.as_deref().and_then(table::method)
                     {
-                        errors.extend(validate::shape_violations(result, spec.result, "result"));
+                        shape(
+                            &mut found,
+                            validate::shape_violations(result, spec.result, "result"),
+                        );
                     }
                     if let Some(pattern) = &expect.result {
-                        self.match_pattern(pattern, result, "result", &mut errors);
+                        self.match_pattern(pattern, result, "result", &mut found);
                     }
                 }
                 ReplyKind::Error { .. } => {
                     let body = reply.object.get("error").cloned().unwrap_or(Value::Null);
                     if expect.shape {
-                        errors.extend(validate::shape_violations(
-                            &body,
-                            table::ERROR_BODY,
-                            "error",
-                        ));
+                        shape(
+                            &mut found,
+                            validate::shape_violations(&body, table::ERROR_BODY, "error"),
+                        );
                     }
                     if let Some(pattern) = &expect.error {
-                        self.match_pattern(pattern, &body, "error", &mut errors);
+                        self.match_pattern(pattern, &body, "error", &mut found);
                     }
                 }
                 ReplyKind::Empty => {}
             }
         }
         if expect.envelope {
-            errors.extend(jsonrpc::envelope_violations(&reply, p.request_id.as_ref()));
+            envelope(&mut found, p.request_id.as_ref());
         }
         if expect.compact && !jsonrpc::is_compact_json(line) {
-            errors.push("the reply is not compact JSON (it has whitespace between tokens)".into());
+            found.push(Finding::new(
+                None,
+                Kind::Framing,
+                "the reply is not compact JSON (it has whitespace between tokens)",
+            ));
         }
         if expect.nothing_after
             && let Some(rest) = &p.rest
             && !rest.is_empty()
         {
-            errors.push(format!(
-                "{} more bytes followed the reply line: {}",
-                rest.len(),
-                truncate(&String::from_utf8_lossy(rest), 200)
+            found.push(Finding::new(
+                None,
+                Kind::Framing,
+                format!(
+                    "{} more bytes followed the reply line: {}",
+                    rest.len(),
+                    truncate(&String::from_utf8_lossy(rest), 200)
+                ),
             ));
         }
         for check in checks {
-            errors.extend(check.errors);
+            found.extend(
+                check
+                    .errors
+                    .into_iter()
+                    .map(|e| Finding::new(None, Kind::Rule, e)),
+            );
         }
-        for e in errors {
-            self.findings.push(format!("{what}: {e}"));
+        self.record(&what, found);
+    }
+
+    /// Records the findings about `what`, each message saying what it is about.
+    fn record(&mut self, what: &str, found: Vec<Finding>) {
+        for mut f in found {
+            f.message = format!("{what}: {}", f.message);
+            self.ev.push(f);
         }
     }
 
@@ -990,11 +1037,15 @@ impl CaseRun<'_> {
         pattern: &Value,
         actual: &Value,
         path: &str,
-        errors: &mut Vec<String>,
+        found: &mut Vec<Finding>,
     ) {
         match matcher::expand(pattern, &self.vars) {
-            Ok(p) => matcher::match_value(&p, Some(actual), path, &mut self.vars, errors),
-            Err(e) => self.conform_error = Some(e.to_string()),
+            Ok(p) => {
+                let mut mismatches = Vec::new();
+                matcher::match_value(&p, Some(actual), path, &mut self.vars, &mut mismatches);
+                found.extend(mismatches.into_iter().map(Finding::from));
+            }
+            Err(e) => self.ev.error(e.to_string()),
         }
     }
 }

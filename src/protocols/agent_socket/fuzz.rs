@@ -15,7 +15,6 @@ use super::{Started, stop, table};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
-use crate::outcome::{CaseResult, Outcome};
 use crate::runner::CaseFuture;
 use crate::target::Target;
 use proptest::prelude::*;
@@ -365,21 +364,5 @@ impl fuzz::Harness for Harness {
             }
             Ok(())
         })
-    }
-
-    fn class(&self, r: &CaseResult) -> String {
-        let m = &r.message;
-        let what = if r.outcome == Outcome::Error {
-            "conform could not run the input"
-        } else if m.contains("no longer serves a handshake") {
-            "the server stopped serving"
-        } else if m.contains("expected a reply line") {
-            "no reply"
-        } else if m.contains("not a whole line") {
-            "a reply cut short"
-        } else {
-            "a malformed reply"
-        };
-        what.to_owned()
     }
 }

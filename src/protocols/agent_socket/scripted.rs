@@ -11,10 +11,10 @@
 use super::table;
 use super::validate::{self, DeclaredSandbox};
 use crate::case::Case;
+use crate::evidence::{Evidence, Kind};
 use crate::jsonrpc;
 use crate::matcher::{self, Vars};
-use crate::peer::Findings;
-pub use crate::peer::Grade;
+use crate::peer::{Check, ExitWant};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,90 +53,115 @@ pub mod rules {
     pub const EVERY_MESSAGE: &[&str] = &[INITIALIZE_FIRST, ONE_REQUEST, COMPACT, ENVELOPE];
 }
 
-/// One check of a client case: exactly one of `sends`, `neverSends`,
-/// `nothingAfter`, `exit`, `exitNot`, `givesUp`.
+/// One check of a client case.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "RawClientStep")]
 pub struct ClientStep {
-    /// The client sent a request of this method...
-    #[serde(default)]
-    pub sends: Option<String>,
-    /// ...whose params contain this pattern (the matcher's subset rules)...
-    #[serde(default)]
-    pub params: Option<Value>,
-    /// ...after conform answered the first request of this method.
-    #[serde(default)]
-    pub after: Option<String>,
-    /// The client sent no request of this method.
-    #[serde(default)]
-    pub never_sends: Option<String>,
-    /// Once conform answered the first request of this method, the client
-    /// opened no connection and sent nothing more.
-    #[serde(default)]
-    pub nothing_after: Option<String>,
-    /// The client's exit status.
-    #[serde(default)]
-    pub exit: Option<ExitWant>,
-    /// The client did not exit with this status.
-    #[serde(default)]
-    pub exit_not: Option<i32>,
-    /// The client closed every unanswered request of this method within
-    /// `within` seconds, plus its own param `plusParam` when named.
-    #[serde(default)]
-    pub gives_up: Option<String>,
-    #[serde(default)]
-    pub within: Option<f64>,
-    #[serde(default)]
-    pub plus_param: Option<String>,
+    pub check: ClientCheck,
     /// A broken check is reported as information, never a failure.
-    #[serde(default)]
     pub info: bool,
 }
 
-/// The exit status a step wants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum ExitWant {
-    Code(i32),
-    Named(ExitClass),
+/// What a client case checks the client did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientCheck {
+    /// The client sent a request of this method, whose params contain
+    /// `params` (the matcher's subset rules), after conform answered the
+    /// first request of `after`.
+    Sends {
+        method: String,
+        params: Option<Value>,
+        after: Option<String>,
+    },
+    /// The client sent no request of this method.
+    NeverSends(String),
+    /// Once conform answered the first request of this method, the client
+    /// opened no connection and sent nothing more.
+    NothingAfter(String),
+    /// The client's exit status.
+    Exit(ExitWant),
+    /// The client did not exit with this status.
+    ExitNot(i32),
+    /// The client closed every unanswered request of this method within
+    /// `within` seconds, plus its own param `plus_param` when named.
+    GivesUp {
+        method: String,
+        within: f64,
+        plus_param: Option<String>,
+    },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExitClass {
-    Zero,
-    Nonzero,
+/// A client step as the case file writes it: exactly one of `sends`,
+/// `neverSends`, `nothingAfter`, `exit`, `exitNot`, `givesUp`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawClientStep {
+    #[serde(default)]
+    sends: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    never_sends: Option<String>,
+    #[serde(default)]
+    nothing_after: Option<String>,
+    #[serde(default)]
+    exit: Option<ExitWant>,
+    #[serde(default)]
+    exit_not: Option<i32>,
+    #[serde(default)]
+    gives_up: Option<String>,
+    #[serde(default)]
+    within: Option<f64>,
+    #[serde(default)]
+    plus_param: Option<String>,
+    #[serde(default)]
+    info: bool,
 }
 
-impl ClientStep {
-    /// Checks a step is one check with the parts that fit it; called at load.
-    pub fn check(&self) -> Result<(), String> {
-        let kinds = [
-            self.sends.is_some(),
-            self.never_sends.is_some(),
-            self.nothing_after.is_some(),
-            self.exit.is_some(),
-            self.exit_not.is_some(),
-            self.gives_up.is_some(),
-        ];
-        if kinds.iter().filter(|k| **k).count() != 1 {
-            return Err(
-                "a step is exactly one of sends, neverSends, nothingAfter, exit, exitNot, givesUp"
-                    .into(),
-            );
-        }
-        if (self.params.is_some() || self.after.is_some()) && self.sends.is_none() {
+impl TryFrom<RawClientStep> for ClientStep {
+    type Error = String;
+
+    fn try_from(r: RawClientStep) -> Result<ClientStep, String> {
+        let mut checks = Vec::new();
+        if let Some(method) = r.sends {
+            checks.push(ClientCheck::Sends {
+                method,
+                params: r.params.clone(),
+                after: r.after.clone(),
+            });
+        } else if r.params.is_some() || r.after.is_some() {
             return Err("params and after go with sends".into());
         }
-        if (self.within.is_some() || self.plus_param.is_some()) != self.gives_up.is_some()
-            || self.gives_up.is_some() && self.within.is_none()
-        {
-            return Err("givesUp takes within (and plusParam), and only it does".into());
+        checks.extend(r.never_sends.map(ClientCheck::NeverSends));
+        checks.extend(r.nothing_after.map(ClientCheck::NothingAfter));
+        checks.extend(r.exit.map(ClientCheck::Exit));
+        checks.extend(r.exit_not.map(ClientCheck::ExitNot));
+        match (r.gives_up, r.within) {
+            (Some(method), Some(within)) => {
+                if !(0.0..=3600.0).contains(&within) {
+                    return Err("within is between 0 and 3600 seconds".into());
+                }
+                checks.push(ClientCheck::GivesUp {
+                    method,
+                    within,
+                    plus_param: r.plus_param,
+                });
+            }
+            (None, None) if r.plus_param.is_none() => {}
+            _ => return Err("givesUp takes within (and plusParam), and only it does".into()),
         }
-        if self.within.is_some_and(|w| !(0.0..=3600.0).contains(&w)) {
-            return Err("within is between 0 and 3600 seconds".into());
+        match <[ClientCheck; 1]>::try_from(checks) {
+            Ok([check]) => Ok(ClientStep {
+                check,
+                info: r.info,
+            }),
+            Err(_) => Err(
+                "a step is exactly one of sends, neverSends, nothingAfter, exit, exitNot, givesUp"
+                    .into(),
+            ),
         }
-        Ok(())
     }
 }
 
@@ -445,47 +470,23 @@ pub struct Observation {
     pub end: ClientEnd,
 }
 
-/// Grades what the client did in `case`.
-pub fn grade(
-    case: &Case<super::ClientCases>,
-    script: &Script,
-    obs: &Observation,
-    strict: bool,
-) -> Grade {
-    let mut found = Findings {
-        broken: every_message(script, obs),
-        ..Findings::default()
-    };
-    for step in &case.steps {
-        match check_step(step, obs) {
-            Check::Holds => {}
-            // The later steps are about what the client did not do: moot.
-            Check::Unseen(why) => {
-                found.unseen.push(why);
-                break;
-            }
-            Check::Broken(why) if step.info => found.notes.push(why),
-            Check::Broken(why) => found.failures.push(why),
-            Check::Note(why) => found.notes.push(why),
-        }
-    }
-    found.grade(case, strict, &describe(obs), "client")
-}
-
-enum Check {
-    Holds,
-    Broken(String),
-    /// Seen and worth knowing, never a failure.
-    Note(String),
-    /// The client never did what the check is about (the workload contract).
-    Unseen(String),
+/// What the client did in `case`, as evidence for the grader.
+pub fn evidence(case: &Case<super::ClientCases>, script: &Script, obs: &Observation) -> Evidence {
+    crate::peer::evidence(
+        every_message(script, obs),
+        &case.steps,
+        |s| s.info,
+        |s| check_step(&s.check, obs),
+        "client",
+        describe(obs),
+    )
 }
 
 fn secs(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
 
-fn check_step(step: &ClientStep, obs: &Observation) -> Check {
+fn check_step(check: &ClientCheck, obs: &Observation) -> Check {
     let by_method = |m: &str| -> Vec<&Exchange> {
         obs.exchanges
             .iter()
@@ -501,168 +502,166 @@ fn check_step(step: &ClientStep, obs: &Observation) -> Check {
             )
         })
     };
-    if let Some(m) = &step.sends {
-        let since = match &step.after {
-            Some(a) => match answered_at(a) {
-                Some(t) => Some(t),
-                None => return Check::Unseen(format!("the client never sent {a}")),
-            },
-            None => None,
-        };
-        let found = by_method(m).into_iter().any(|e| {
-            since.is_none_or(|(seq, _)| e.request_seq > seq)
-                && step.params.as_ref().is_none_or(|want| {
-                    let params = e.request().and_then(|r| r.get("params").cloned());
-                    let mut errors = Vec::new();
-                    matcher::match_value(
-                        want,
-                        params.as_ref(),
-                        "params",
-                        &mut Vars::default(),
-                        &mut errors,
-                    );
-                    errors.is_empty()
-                })
-        });
-        let what = match &step.params {
-            Some(p) => format!("{m} with params {}", matcher::brief(p)),
-            None => m.clone(),
-        };
-        return match (found, &step.after) {
-            (true, _) => Check::Holds,
-            (false, Some(a)) => Check::Broken(format!(
-                "the client sent no {what} after conform answered {a}: the run did not go on"
-            )),
-            (false, None) => Check::Broken(format!("the client never sent {what}")),
-        };
-    }
-    if let Some(m) = &step.never_sends {
-        let n = by_method(m).len();
-        return if n == 0 {
-            Check::Holds
-        } else {
-            let times = if n == 1 {
-                "once".into()
-            } else {
-                format!("{n} times")
+    match check {
+        ClientCheck::Sends {
+            method: m,
+            params,
+            after,
+        } => {
+            let since = match after {
+                Some(a) => match answered_at(a) {
+                    Some(t) => Some(t),
+                    None => return Check::Unseen(format!("the client never sent {a}")),
+                },
+                None => None,
             };
-            Check::Broken(format!("the client sent {m} ({times})"))
-        };
-    }
-    if let Some(m) = &step.nothing_after {
-        let Some((seq, t)) = answered_at(m) else {
-            return Check::Unseen(format!("the client never sent {m}"));
-        };
-        let later: Vec<String> = obs
-            .exchanges
-            .iter()
-            .filter(|e| e.opened_seq > seq && !e.line.is_empty())
-            .map(|e| format!("{} at {}", e.label(), secs(e.opened_ms)))
-            .collect();
-        return if later.is_empty() {
-            Check::Holds
-        } else {
-            Check::Broken(format!(
-                "after conform answered {m} at {}, the client sent {}",
-                secs(t),
-                later.join(", ")
-            ))
-        };
-    }
-    if let Some(want) = step.exit {
-        let ClientEnd::Exited { code, .. } = obs.end else {
-            return Check::Broken(format!(
-                "the client did not exit (expected {})",
-                want_text(want)
-            ));
-        };
-        let holds = match (want, code) {
-            (ExitWant::Code(w), Some(c)) => w == c,
-            (ExitWant::Named(ExitClass::Zero), Some(c)) => c == 0,
-            (ExitWant::Named(ExitClass::Nonzero), Some(c)) => c != 0,
-            (ExitWant::Named(ExitClass::Nonzero), None) => true,
-            (_, None) => false,
-        };
-        return if holds {
-            Check::Holds
-        } else {
-            Check::Broken(format!(
-                "expected exit status {}, the client {}",
-                want_text(want),
-                end_text(obs.end)
-            ))
-        };
-    }
-    if let Some(not) = step.exit_not {
-        return match obs.end {
-            ClientEnd::Exited { code: Some(c), .. } if c == not => {
-                Check::Broken(format!("the client exited with status {c}"))
+            let found = by_method(m).into_iter().any(|e| {
+                since.is_none_or(|(seq, _)| e.request_seq > seq)
+                    && params.as_ref().is_none_or(|want| {
+                        let params = e.request().and_then(|r| r.get("params").cloned());
+                        let mut errors = Vec::new();
+                        matcher::match_value(
+                            want,
+                            params.as_ref(),
+                            "params",
+                            &mut Vars::default(),
+                            &mut errors,
+                        );
+                        errors.is_empty()
+                    })
+            });
+            let what = match params {
+                Some(p) => format!("{m} with params {}", matcher::brief(p)),
+                None => m.clone(),
+            };
+            match (found, after) {
+                (true, _) => Check::Holds,
+                (false, Some(a)) => Check::Broken(
+                    Kind::Missing,
+                    format!(
+                        "the client sent no {what} after conform answered {a}: the run did not go on"
+                    ),
+                ),
+                (false, None) => {
+                    Check::Broken(Kind::Missing, format!("the client never sent {what}"))
+                }
+            }
+        }
+        ClientCheck::NeverSends(m) => {
+            let n = by_method(m).len();
+            if n == 0 {
+                Check::Holds
+            } else {
+                let times = if n == 1 {
+                    "once".into()
+                } else {
+                    format!("{n} times")
+                };
+                Check::Broken(Kind::Unexpected, format!("the client sent {m} ({times})"))
+            }
+        }
+        ClientCheck::NothingAfter(m) => {
+            let Some((seq, t)) = answered_at(m) else {
+                return Check::Unseen(format!("the client never sent {m}"));
+            };
+            let later: Vec<String> = obs
+                .exchanges
+                .iter()
+                .filter(|e| e.opened_seq > seq && !e.line.is_empty())
+                .map(|e| format!("{} at {}", e.label(), secs(e.opened_ms)))
+                .collect();
+            if later.is_empty() {
+                Check::Holds
+            } else {
+                Check::Broken(
+                    Kind::Unexpected,
+                    format!(
+                        "after conform answered {m} at {}, the client sent {}",
+                        secs(t),
+                        later.join(", ")
+                    ),
+                )
+            }
+        }
+        ClientCheck::Exit(want) => {
+            let ClientEnd::Exited { code, .. } = obs.end else {
+                return Check::Broken(
+                    Kind::Process,
+                    format!("the client did not exit (expected {want})"),
+                );
+            };
+            if want.holds(code) {
+                Check::Holds
+            } else {
+                Check::Broken(
+                    Kind::Process,
+                    format!(
+                        "expected exit status {want}, the client {}",
+                        end_text(obs.end)
+                    ),
+                )
+            }
+        }
+        ClientCheck::ExitNot(not) => match obs.end {
+            ClientEnd::Exited { code: Some(c), .. } if c == *not => {
+                Check::Broken(Kind::Process, format!("the client exited with status {c}"))
             }
             _ => Check::Holds,
-        };
+        },
+        ClientCheck::GivesUp {
+            method: m,
+            within,
+            plus_param,
+        } => gives_up(m, *within, plus_param.as_deref(), &by_method(m)),
     }
-    if let Some(m) = &step.gives_up {
-        let within = step.within.unwrap_or(0.0);
-        let silent: Vec<&Exchange> = by_method(m)
-            .into_iter()
-            .filter(|e| e.reply.is_none())
-            .collect();
-        if silent.is_empty() {
-            return Check::Unseen(format!("the client never sent {m}"));
-        }
-        let mut broken = Vec::new();
-        let mut notes = Vec::new();
-        for e in silent {
-            let own = match &step.plus_param {
-                None => 0.0,
-                Some(p) => match e
-                    .request()
-                    .and_then(|r| r.get("params")?.get(p.as_str())?.as_f64())
-                {
-                    Some(x) => x,
-                    None => {
-                        return Check::Unseen(format!(
-                            "the client's {m} has no numeric {p}: without one there is no limit to check"
-                        ));
-                    }
-                },
-            };
-            let limit = own + within;
-            let sent = e.request_ms.unwrap_or(e.opened_ms);
-            match e.closed_ms {
-                Some(c) => {
-                    let waited = c.saturating_sub(sent) as f64 / 1000.0;
-                    if waited > limit + GIVE_UP_MARGIN_SECONDS {
-                        broken.push(format!(
-                            "the client waited {waited:.1} s for {m}, past its limit of {limit:.1} s (and conform's {GIVE_UP_MARGIN_SECONDS:.0} s margin)"
-                        ));
-                    } else if waited < own {
-                        notes.push(format!(
-                            "the client gave up on {m} after {waited:.1} s, before its own {own:.1} s"
-                        ));
-                    }
-                }
-                None => broken.push(format!(
-                    "the client was still waiting for {m} when conform stopped it, past its limit of {limit:.1} s"
-                )),
-            }
-        }
-        return if !broken.is_empty() {
-            Check::Broken(broken.join("; "))
-        } else if !notes.is_empty() {
-            Check::Note(notes.join("; "))
-        } else {
-            Check::Holds
-        };
-    }
-    Check::Holds
 }
 
-fn want_text(w: ExitWant) -> String {
-    match w {
-        ExitWant::Code(c) => c.to_string(),
-        ExitWant::Named(ExitClass::Zero) => "0".into(),
-        ExitWant::Named(ExitClass::Nonzero) => "non-zero".into(),
+/// Whether the client closed every unanswered request of `m` within its limit.
+fn gives_up(m: &str, within: f64, plus_param: Option<&str>, sent: &[&Exchange]) -> Check {
+    let silent: Vec<&&Exchange> = sent.iter().filter(|e| e.reply.is_none()).collect();
+    if silent.is_empty() {
+        return Check::Unseen(format!("the client never sent {m}"));
+    }
+    let mut broken = Vec::new();
+    let mut notes = Vec::new();
+    for e in silent {
+        let own = match plus_param {
+            None => 0.0,
+            Some(p) => match e.request().and_then(|r| r.get("params")?.get(p)?.as_f64()) {
+                Some(x) => x,
+                None => {
+                    return Check::Unseen(format!(
+                        "the client's {m} has no numeric {p}: without one there is no limit to check"
+                    ));
+                }
+            },
+        };
+        let limit = own + within;
+        let sent = e.request_ms.unwrap_or(e.opened_ms);
+        match e.closed_ms {
+            Some(c) => {
+                let waited = c.saturating_sub(sent) as f64 / 1000.0;
+                if waited > limit + GIVE_UP_MARGIN_SECONDS {
+                    broken.push(format!(
+                        "the client waited {waited:.1} s for {m}, past its limit of {limit:.1} s (and conform's {GIVE_UP_MARGIN_SECONDS:.0} s margin)"
+                    ));
+                } else if waited < own {
+                    notes.push(format!(
+                        "the client gave up on {m} after {waited:.1} s, before its own {own:.1} s"
+                    ));
+                }
+            }
+            None => broken.push(format!(
+                "the client was still waiting for {m} when conform stopped it, past its limit of {limit:.1} s"
+            )),
+        }
+    }
+    if !broken.is_empty() {
+        Check::Broken(Kind::Rule, broken.join("; "))
+    } else if !notes.is_empty() {
+        Check::Note(notes.join("; "))
+    } else {
+        Check::Holds
     }
 }
 
@@ -717,10 +716,21 @@ pub fn describe(obs: &Observation) -> String {
     format!("it {sent}; it {}", end_text(obs.end))
 }
 
-/// The rules every request of every case is held to, as (requirement, why).
-fn every_message(script: &Script, obs: &Observation) -> Vec<(String, String)> {
+/// What kind of deviation breaking each rule is.
+fn kind_of(rule: &str) -> Kind {
+    match rule {
+        rules::COMPACT | rules::ONE_REQUEST => Kind::Framing,
+        rules::ENVELOPE => Kind::Envelope,
+        rules::EXECUTE_PARAMS | rules::READ_FILE_PARAMS | rules::TOOLS_CALL_PARAMS => Kind::Shape,
+        rules::NO_SANDBOX | rules::NO_TOOLS => Kind::Unexpected,
+        _ => Kind::Rule,
+    }
+}
+
+/// The rules every request of every case is held to, as (requirement, kind, why).
+fn every_message(script: &Script, obs: &Observation) -> Vec<(String, Kind, String)> {
     let mut out = Vec::new();
-    let mut push = |r: &str, why: String| out.push((r.to_owned(), why));
+    let mut push = |r: &str, why: String| out.push((r.to_owned(), kind_of(r), why));
     let mut ordered: Vec<&Exchange> = obs
         .exchanges
         .iter()

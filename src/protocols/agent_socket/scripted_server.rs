@@ -7,6 +7,7 @@ use super::scripted::{self, ClientEnd, Exchange, Observation, Script};
 use super::{reference, reference_client};
 use crate::case::Case;
 use crate::error::RunError;
+use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
 use crate::outcome::{CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TranscriptEntry};
 use crate::runner;
@@ -115,7 +116,6 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let mut result = CaseResult::for_case(case, "");
     let record = Record {
         started,
         events: Arc::default(),
@@ -123,23 +123,16 @@ async fn run_case(
         transcript: Arc::default(),
     };
     let observed = observe(case, target, python, &record).await;
-    result.duration_ms = started.elapsed().as_millis() as u64;
-    result.transcript = record
+    let transcript = record
         .transcript
         .lock()
         .map(|t| t.clone())
         .unwrap_or_default();
-    match observed {
-        Err(why) => result.message = why,
-        Ok((script, obs)) => {
-            let grade = scripted::grade(case, &script, &obs, strict);
-            result.outcome = grade.outcome;
-            result.message = grade.message;
-            result.skip_kind = grade.skip_kind;
-            result.requirements.extend(grade.also_broken);
-        }
-    }
-    result
+    let evidence = match observed {
+        Err(why) => Evidence::failed_to_run(why),
+        Ok((script, obs)) => scripted::evidence(case, &script, &obs),
+    };
+    CaseResult::graded(case, evidence, strict, started, transcript)
 }
 
 /// Serves the case's script, runs the client to its end or the case's

@@ -60,7 +60,7 @@ pub fn judge(entry: &Entry) -> Result<(), String> {
         if host_to_core {
             validate::parse_host_message(v, tier).map(|_| ())
         } else {
-            validate::parse_core_message(v, tier)
+            validate::parse_core_message(v, tier).map_err(|r| r.why)
         }
     };
     match (&entry.message, &entry.frame_hex) {

@@ -6,10 +6,12 @@
 use super::steps::{AnswerRule, Expect, NamedCheck, Need, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
-use crate::case::{Case, Level};
+use crate::case::Case;
+use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
 use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, Outcome, SkipKind, TranscriptEntry};
+use crate::outcome::{CaseResult, Direction, SkipKind, TranscriptEntry};
+use crate::step::Reply;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
@@ -89,7 +91,7 @@ struct Watch {
     /// The account of what `notifications` keeps: a host that floods them
     /// does not grow conform.
     kept: Keep,
-    violations: Vec<(String, String)>,
+    violations: Vec<(String, Kind, String)>,
     /// Ids of raw messages conform sent that no core would (not a u64, or
     /// null for a payload whose id it cannot read): the host may echo them,
     /// or answer with a null id, which the core's parser refuses but no core
@@ -98,13 +100,13 @@ struct Watch {
 }
 
 impl Watch {
-    fn violate(&mut self, rule: &str, message: String) {
+    fn violate(&mut self, rule: &str, kind: Kind, message: String) {
         if !self
             .violations
             .iter()
-            .any(|(r, m)| r == rule && *m == message)
+            .any(|(r, _, m)| r == rule && *m == message)
         {
-            self.violations.push((rule.into(), message));
+            self.violations.push((rule.into(), kind, message));
         }
     }
 
@@ -149,7 +151,11 @@ impl Watch {
             Ok(v) => v,
             Err(e) => {
                 // "Frame: 4-byte magic `CWX1`, u32 little-endian payload length, UTF-8 JSON."
-                self.violate(rules::FRAME, format!("a frame's payload is not JSON: {e}"));
+                self.violate(
+                    rules::FRAME,
+                    Kind::Framing,
+                    format!("a frame's payload is not JSON: {e}"),
+                );
                 return None;
             }
         };
@@ -167,6 +173,7 @@ impl Watch {
                 // "Host→core types use `deny_unknown_fields` — host output is untrusted input."
                 self.violate(
                     rules::STRICT,
+                    Kind::Shape,
                     format!(
                         "the core refuses {}: {why}",
                         truncate(&value.to_string(), 200)
@@ -178,6 +185,7 @@ impl Watch {
                 let Some(method) = self.outstanding.remove(&id) else {
                     self.violate(
                         rules::ANSWERS,
+                        Kind::Unexpected,
                         format!(
                             "a response with id {id} answers no request the core has in flight"
                         ),
@@ -189,7 +197,7 @@ impl Watch {
                 if let Ok(r) = &outcome
                     && let Some(why) = validate::result_violation(&method, r)
                 {
-                    self.violate(rules::RESULT_SHAPE, format!("{method}: {why}"));
+                    self.violate(rules::RESULT_SHAPE, Kind::Shape, format!("{method}: {why}"));
                 }
                 self.answers.insert(id, outcome);
                 None
@@ -217,10 +225,7 @@ struct CaseRun<'a> {
     /// Handles the core gave, by registered name.
     handles: BTreeMap<String, u64>,
     named: HashMap<String, (u64, String)>,
-    findings: Vec<String>,
-    observations: Vec<String>,
-    skip: Option<String>,
-    conform_error: Option<String>,
+    ev: Evidence,
     closed: bool,
     stalled: bool,
 }
@@ -228,44 +233,26 @@ struct CaseRun<'a> {
 impl Context {
     pub async fn run_case(&self, case: &Case<super::HostCases>) -> CaseResult {
         let started = Instant::now();
-        let result = |outcome, message: String, transcript| CaseResult {
-            id: case.id.clone(),
-            title: case.title.clone(),
-            level: case.level,
-            requirements: case.requirements.clone(),
-            outcome,
-            message,
-            duration_ms: started.elapsed().as_millis() as u64,
-            skip_kind: (outcome == Outcome::Skip).then_some(SkipKind::Outside),
-            transcript,
-        };
+        let mut early = Evidence::default();
+        let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
         let config = &case.config;
         if case.needs.contains(&Need::Extension) && self.extension.is_none() {
-            return result(
-                Outcome::Skip,
-                "no extension to activate: give one with --extension PATH#SHA256".into(),
-                vec![],
+            early.skip(
+                "no extension to activate: give one with --extension PATH#SHA256",
+                SkipKind::Outside,
             );
+            return result(early);
         }
         if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
             // The tier is the host's declaration: not applicable.
-            return CaseResult {
-                skip_kind: Some(SkipKind::Declared),
-                ..result(
-                    Outcome::Skip,
-                    "the case is for a builtin-tier host".into(),
-                    vec![],
-                )
-            };
+            early.skip("the case is for a builtin-tier host", SkipKind::Declared);
+            return result(early);
         }
         let stream = match LineStream::spawn_framed(&self.command, &[]) {
             Ok(s) => s,
             Err(e) => {
-                return result(
-                    Outcome::Error,
-                    format!("cannot start the host: {e}"),
-                    vec![],
-                );
+                early.error(format!("cannot start the host: {e}"));
+                return result(early);
             }
         };
         let mut run = CaseRun {
@@ -282,10 +269,7 @@ impl Context {
             next_handle: 0,
             handles: BTreeMap::new(),
             named: HashMap::new(),
-            findings: vec![],
-            observations: vec![],
-            skip: None,
-            conform_error: None,
+            ev: Evidence::default(),
             closed: false,
             stalled: false,
         };
@@ -297,17 +281,20 @@ impl Context {
         }
         run.setup(config.setup).await;
         let setup_failed =
-            !run.findings.is_empty() || run.stalled || !run.watch.violations.is_empty();
+            !run.ev.findings.is_empty() || run.stalled || !run.watch.violations.is_empty();
         for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
             if !setup_failed && run.vars.get(&format!("{kind}_handle")).is_none() {
-                run.skip = Some(format!("the extension registered no {kind}"));
+                run.ev.skip(
+                    format!("the extension registered no {kind}"),
+                    SkipKind::Outside,
+                );
             }
         }
         for (i, step) in case.steps.iter().enumerate() {
             if setup_failed
                 || run.stalled
-                || run.skip.is_some()
-                || run.conform_error.is_some()
+                || run.ev.skip.is_some()
+                || run.ev.error.is_some()
                 || !run.watch.violations.is_empty()
             {
                 break;
@@ -315,8 +302,8 @@ impl Context {
             run.step(i, step).await;
         }
         let ended_early = run.finish().await;
-        let (outcome, message) = run.grade(case, ended_early);
-        result(outcome, message, run.transcript)
+        let evidence = run.evidence(ended_early);
+        CaseResult::graded(case, evidence, self.strict, started, run.transcript)
     }
 }
 
@@ -337,7 +324,7 @@ impl CaseRun<'_> {
         self.log(Direction::Sent, &payload);
         match crate::wire::frame::encode(&payload) {
             Some(frame) => self.write_bytes(frame).await,
-            None => self.conform_error = Some("a message conform built is over MAX_FRAME".into()),
+            None => self.ev.error("a message conform built is over MAX_FRAME"),
         }
     }
 
@@ -378,7 +365,7 @@ impl CaseRun<'_> {
                             Direction::Event,
                             b"a message over conform's limit was dropped",
                         );
-                        self.conform_error = Some(format!("the host wrote {why}"));
+                        self.ev.error(format!("the host wrote {why}"));
                         return false;
                     }
                     self.log(Direction::Received, &payload);
@@ -389,8 +376,11 @@ impl CaseRun<'_> {
                 }
                 StreamEvent::Broken(why) => {
                     // "bad magic or length ends the host instead of desynchronising it"
-                    self.watch
-                        .violate(rules::FRAME, format!("the host's output broke: {why}"));
+                    self.watch.violate(
+                        rules::FRAME,
+                        Kind::Framing,
+                        format!("the host's output broke: {why}"),
+                    );
                     self.log(Direction::Event, why.as_bytes());
                 }
                 StreamEvent::TooLong { .. } => {}
@@ -399,6 +389,7 @@ impl CaseRun<'_> {
                     if !partial.is_empty() {
                         self.watch.violate(
                             rules::FRAME,
+                            Kind::Framing,
                             format!(
                                 "stdout ended inside a frame ({} bytes of it)",
                                 partial.len()
@@ -463,8 +454,12 @@ impl CaseRun<'_> {
         } else {
             format!("nothing within {:.0}s", within.as_secs_f64())
         };
-        self.findings
-            .push(format!("expected an answer to {method}, got {why}"));
+        self.ev
+            .fail(
+                Kind::Missing,
+                format!("expected an answer to {method}, got {why}"),
+            )
+            .seen(format!("an answer to {method}"), why);
         self.stalled = true;
         None
     }
@@ -484,10 +479,13 @@ impl CaseRun<'_> {
         let until = Instant::now() + self.ctx.startup;
         if !self.pump(until, &|r| r.saw("host/hello").is_some()).await {
             if self.watch.violations.is_empty() {
-                self.findings.push(format!(
-                    "setup: no host/hello within {:.0}s",
-                    self.ctx.startup.as_secs_f64()
-                ));
+                self.ev.fail(
+                    Kind::Missing,
+                    format!(
+                        "setup: no host/hello within {:.0}s",
+                        self.ctx.startup.as_secs_f64()
+                    ),
+                );
             }
             self.stalled = true;
             return;
@@ -508,8 +506,8 @@ impl CaseRun<'_> {
         let until = Instant::now() + REQUEST_DEADLINE;
         if !self.pump(until, &|r| r.saw("host/ready").is_some()).await {
             if self.watch.violations.is_empty() {
-                self.findings
-                    .push("setup: no host/ready after host/initialize".into());
+                self.ev
+                    .fail(Kind::Missing, "setup: no host/ready after host/initialize");
             }
             self.stalled = true;
             return;
@@ -535,10 +533,15 @@ impl CaseRun<'_> {
                 }
                 self.vars.set("activated", r);
             }
-            Some(other) => self.findings.push(format!(
-                "setup: the extension did not activate: {}",
-                crate::jsonrpc::describe_answer(&other)
-            )),
+            Some(other) => {
+                self.ev.fail(
+                    Kind::WrongKind,
+                    format!(
+                        "setup: the extension did not activate: {}",
+                        crate::jsonrpc::describe_answer(&other)
+                    ),
+                );
+            }
             None => {}
         }
     }
@@ -547,7 +550,7 @@ impl CaseRun<'_> {
         match matcher::expand(v, &self.vars) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.conform_error = Some(e.to_string());
+                self.ev.error(e.to_string());
                 None
             }
         }
@@ -585,9 +588,10 @@ impl CaseRun<'_> {
                     && let Some(target) = params.get("id").and_then(Value::as_u64)
                     && self.watch.answers.contains_key(&target)
                 {
-                    self.skip = Some(format!(
-                        "request {target} was answered before conform could cancel it"
-                    ));
+                    self.ev.skip(
+                        format!("request {target} was answered before conform could cancel it"),
+                        SkipKind::Outside,
+                    );
                     return;
                 }
                 self.write_message(
@@ -608,7 +612,8 @@ impl CaseRun<'_> {
         }
         if let Some(name) = &step.await_name {
             let Some((id, method)) = self.named.get(name).cloned() else {
-                self.conform_error = Some(format!("step {index}: no request named `{name}`"));
+                self.ev
+                    .error(format!("step {index}: no request named `{name}`"));
                 return;
             };
             self.judge_answer(step, id, &method).await;
@@ -621,10 +626,13 @@ impl CaseRun<'_> {
                 .pump(Instant::now() + within, &|r| r.saw(&m).is_some())
                 .await
             {
-                self.findings.push(format!(
-                    "the host sent no {method} within {:.0}s",
-                    within.as_secs_f64()
-                ));
+                self.ev.fail(
+                    Kind::Missing,
+                    format!(
+                        "the host sent no {method} within {:.0}s",
+                        within.as_secs_f64()
+                    ),
+                );
                 return;
             }
             // A pattern in `expect.result` is matched against its params.
@@ -634,8 +642,11 @@ impl CaseRun<'_> {
             {
                 let mut errors = Vec::new();
                 matcher::match_value(&p, Some(&params), "params", &mut self.vars, &mut errors);
-                self.findings
-                    .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+                for m in errors {
+                    let mut f = Finding::from(m);
+                    f.message = format!("{method}: {}", f.message);
+                    self.ev.push(f);
+                }
             }
             return;
         }
@@ -651,8 +662,7 @@ impl CaseRun<'_> {
                 .await
                 .is_some()
             {
-                self.observations
-                    .push("the host still answers host/ping".into());
+                self.ev.observe("the host still answers host/ping");
             }
             return;
         }
@@ -662,12 +672,17 @@ impl CaseRun<'_> {
             let status = self.stream.process.wait_for_exit(within).await;
             match status {
                 Some(s) => self
-                    .observations
-                    .push(format!("the host {}", process::describe_status(Some(s)))),
-                None => self.findings.push(format!(
-                    "the host was still running {:.0}s later",
-                    within.as_secs_f64()
-                )),
+                    .ev
+                    .observe(format!("the host {}", process::describe_status(Some(s)))),
+                None => {
+                    self.ev.fail(
+                        Kind::Process,
+                        format!(
+                            "the host was still running {:.0}s later",
+                            within.as_secs_f64()
+                        ),
+                    );
+                }
             }
             return;
         }
@@ -677,15 +692,18 @@ impl CaseRun<'_> {
             let within = Self::deadline(step, Duration::from_secs(5));
             self.pump(Instant::now() + within, &|r| r.closed).await;
             let status = self.stream.process.wait_for_exit(within).await;
-            self.observations.push(format!(
+            self.ev.observe(format!(
                 "after its stdin closed the host {}",
                 process::describe_status(status)
             ));
             if step.expect.as_ref().and_then(|e| e.exit) == Some(true) && status.is_none() {
-                self.findings.push(format!(
-                    "the host was still running {:.0}s after its stdin closed",
-                    within.as_secs_f64()
-                ));
+                self.ev.fail(
+                    Kind::Process,
+                    format!(
+                        "the host was still running {:.0}s after its stdin closed",
+                        within.as_secs_f64()
+                    ),
+                );
             }
         }
     }
@@ -705,10 +723,13 @@ impl CaseRun<'_> {
                 .await;
             if got {
                 let a = self.watch.answers.remove(&id).expect("present");
-                self.findings.push(format!(
-                    "{method}: expected no answer, got {}",
-                    crate::jsonrpc::describe_answer(&a)
-                ));
+                self.ev.fail(
+                    Kind::Unexpected,
+                    format!(
+                        "{method}: expected no answer, got {}",
+                        crate::jsonrpc::describe_answer(&a)
+                    ),
+                );
             }
             return;
         }
@@ -716,50 +737,48 @@ impl CaseRun<'_> {
             return;
         };
         let Some(expect) = &step.expect else {
-            self.observations.push(format!(
+            self.ev.observe(format!(
                 "{method}: {}",
                 crate::jsonrpc::describe_answer(&answer)
             ));
             return;
         };
-        let mut errors = Vec::new();
-        match (&answer, rule) {
-            (Err(e), AnswerRule::Result) => {
-                errors.push(format!("expected a result, got the error {e}"))
-            }
-            (Ok(r), AnswerRule::Error) => errors.push(format!(
-                "expected an error, got the result {}",
-                matcher::brief(r)
-            )),
-            _ => {}
-        }
-        if errors.is_empty() {
-            let (pattern, value, path) = match &answer {
-                Ok(r) => (&expect.result, r, "result"),
-                Err(e) => (&expect.error, e, "error"),
-            };
-            if let Some(p) = pattern
-                && let Some(p) = self.expand(p)
-            {
-                matcher::match_value(&p, Some(value), path, &mut self.vars, &mut errors);
-            }
-        }
+        let want = match rule {
+            AnswerRule::Result => Reply::Result,
+            AnswerRule::Error => Reply::Error,
+            AnswerRule::Any | AnswerRule::None => Reply::Any,
+        };
+        let pattern = match &answer {
+            Ok(_) => &expect.result,
+            Err(_) => &expect.error,
+        };
+        let pattern = match pattern {
+            Some(p) => match self.expand(p) {
+                Some(p) => Some(p),
+                None => return,
+            },
+            None => None,
+        };
+        let mut found = crate::drive::judge_answer(&answer, want, pattern.as_ref(), &mut self.vars);
         for check in &expect.checks {
             match (check, &answer) {
-                (NamedCheck::ResultShape, Ok(r)) => {
-                    errors.extend(validate::result_violation(method, r))
-                }
+                (NamedCheck::ResultShape, Ok(r)) => found.extend(
+                    validate::result_violation(method, r)
+                        .map(|e| Finding::new(None, Kind::Shape, e)),
+                ),
                 (NamedCheck::ResultShape, Err(_)) => {}
             }
         }
-        if errors.is_empty() {
-            self.observations.push(format!(
+        if found.is_empty() {
+            self.ev.observe(format!(
                 "{method}: {}",
                 crate::jsonrpc::describe_answer(&answer)
             ));
         }
-        self.findings
-            .extend(errors.into_iter().map(|e| format!("{method}: {e}")));
+        for mut f in found {
+            f.message = format!("{method}: {}", f.message);
+            self.ev.push(f);
+        }
     }
 
     /// Ends the host; says whether it ended before conform ended it.
@@ -779,50 +798,24 @@ impl CaseRun<'_> {
         early
     }
 
-    fn grade(&mut self, case: &Case<super::HostCases>, ended_early: bool) -> (Outcome, String) {
-        if let Some(e) = &self.conform_error {
-            return (Outcome::Error, e.clone());
+    /// The case's evidence: what the steps found, every rule the watch saw
+    /// broken, and what the message needs besides.
+    fn evidence(&mut self, ended_early: bool) -> Evidence {
+        let mut ev = std::mem::take(&mut self.ev);
+        for (rule, kind, message) in &self.watch.violations {
+            ev.broke(rule, *kind, message.clone());
         }
-        let strict = self.ctx.strict;
-        let mut outcome = if !self.findings.is_empty() {
-            Outcome::grade(case.level, true, strict)
-        } else if self.skip.is_some() {
-            Outcome::Skip
-        } else {
-            Outcome::grade(case.level, false, strict)
-        };
-        let mut lines = self.findings.clone();
-        for (rule, message) in &self.watch.violations {
-            let level = super::HOST
-                .catalogue()
-                .get(rule)
-                .map(|r| r.level)
-                .unwrap_or(Level::Must);
-            let graded = Outcome::grade(level, true, strict);
-            if graded.severity() > outcome.severity() {
-                outcome = graded;
+        ev.appendix.extend(self.watch.kept.note());
+        if ended_early {
+            let stderr = self.stream.process.stderr_tail();
+            if !stderr.trim().is_empty() {
+                ev.appendix.push(format!(
+                    "the host's stderr:\n{}",
+                    truncate(stderr.trim_end(), 2000)
+                ));
             }
-            lines.push(format!("[{} {rule}] {message}", level.as_str()));
         }
-        let message = match outcome {
-            Outcome::Pass => String::new(),
-            Outcome::Skip => self.skip.clone().unwrap_or_default(),
-            Outcome::Info if lines.is_empty() => self.observations.join("; "),
-            _ => {
-                lines.extend(self.watch.kept.note());
-                if ended_early {
-                    let stderr = self.stream.process.stderr_tail();
-                    if !stderr.trim().is_empty() {
-                        lines.push(format!(
-                            "the host's stderr:\n{}",
-                            truncate(stderr.trim_end(), 2000)
-                        ));
-                    }
-                }
-                lines.join("\n")
-            }
-        };
-        (outcome, message)
+        ev
     }
 }
 

@@ -27,7 +27,6 @@ use super::{command_for, preflight, reference, validate};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
-use crate::outcome::CaseResult;
 use crate::runner::CaseFuture;
 use crate::target::Target;
 use crate::wire::frame::{FrameDecoder, MAX_FRAME};
@@ -372,10 +371,6 @@ impl fuzz::Harness for Harness {
     fn reset(self: Arc<Self>) -> ResetFuture {
         // Every case starts its own host.
         Box::pin(async { Ok(()) })
-    }
-
-    fn class(&self, r: &CaseResult) -> String {
-        fuzz::class_by_rule(r, "the host stopped answering host/ping")
     }
 }
 

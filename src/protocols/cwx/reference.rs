@@ -102,7 +102,8 @@ impl Host {
                 )]
             };
         }
-        if let Err(why) = validate::parse_core_message(value.clone(), self.tier) {
+        if let Err(refused) = validate::parse_core_message(value.clone(), self.tier) {
+            let why = refused.why;
             return if id.is_null() || method.is_none() && value.get("id").is_none() {
                 vec![]
             } else if method.is_none() {

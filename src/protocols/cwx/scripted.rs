@@ -10,8 +10,8 @@ use super::reference::Host;
 use super::table::Tier;
 use super::validate;
 use crate::case::Case;
-use crate::peer::Findings;
-pub use crate::peer::Grade;
+use crate::evidence::{Evidence, Kind};
+use crate::peer::{Check, ExitWant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -78,43 +78,71 @@ impl Script {
     }
 }
 
-/// One check of a core case: exactly one of `sends`, `cancels`, `endsHost`, `exitZero`.
+/// One check of a core case.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "RawCoreStep")]
 pub struct CoreStep {
-    /// The core sent this method (the workload).
-    #[serde(default)]
-    pub sends: Option<String>,
-    /// The core sent `$/cancel` for its unanswered request of this method,
-    /// once the request's `deadline_ms` had passed (within conform's margin).
-    #[serde(default)]
-    pub cancels: Option<String>,
-    /// After the host's broken frame, the core sent nothing more and ended
-    /// the host (closed its stdin or killed it).
-    #[serde(default)]
-    pub ends_host: bool,
-    #[serde(default)]
-    pub exit_zero: bool,
-    #[serde(default)]
+    pub check: CoreCheck,
+    /// A broken check is information, never a failure.
     pub info: bool,
 }
 
-impl CoreStep {
-    /// Checks a step is one check with the parts that fit it; called at load.
-    pub fn check(&self) -> Result<(), String> {
-        let n = [
-            self.sends.is_some(),
-            self.cancels.is_some(),
-            self.ends_host,
-            self.exit_zero,
+/// What a core case checks the core did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CoreCheck {
+    /// The core sent this method (the workload).
+    Sends(String),
+    /// The core sent `$/cancel` for its unanswered request of this method,
+    /// once the request's `deadline_ms` had passed (within conform's margin).
+    Cancels(String),
+    /// After the host's broken frame, the core sent nothing more and ended
+    /// the host (closed its stdin or killed it).
+    EndsHost,
+    /// The core's exit status.
+    Exit(ExitWant),
+}
+
+/// A core step as the case file writes it: exactly one of `sends`,
+/// `cancels`, `endsHost`, `exit` (`exitZero` is `exit: "zero"`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawCoreStep {
+    #[serde(default)]
+    sends: Option<String>,
+    #[serde(default)]
+    cancels: Option<String>,
+    #[serde(default)]
+    ends_host: bool,
+    #[serde(default)]
+    exit: Option<ExitWant>,
+    #[serde(default)]
+    exit_zero: bool,
+    #[serde(default)]
+    info: bool,
+}
+
+impl TryFrom<RawCoreStep> for CoreStep {
+    type Error = String;
+
+    fn try_from(r: RawCoreStep) -> Result<CoreStep, String> {
+        let zero = ExitWant::Named(crate::peer::ExitClass::Zero);
+        let checks: Vec<CoreCheck> = [
+            r.sends.map(CoreCheck::Sends),
+            r.cancels.map(CoreCheck::Cancels),
+            r.ends_host.then_some(CoreCheck::EndsHost),
+            r.exit.map(CoreCheck::Exit),
+            r.exit_zero.then_some(CoreCheck::Exit(zero)),
         ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if n != 1 {
-            return Err("a step is one of sends, cancels, endsHost, exitZero".into());
+        .into_iter()
+        .flatten()
+        .collect();
+        match <[CoreCheck; 1]>::try_from(checks) {
+            Ok([check]) => Ok(CoreStep {
+                check,
+                info: r.info,
+            }),
+            Err(_) => Err("a step is one of sends, cancels, endsHost, exit".into()),
         }
-        Ok(())
     }
 }
 
@@ -195,30 +223,19 @@ fn parsed(payload: &str) -> Option<Value> {
     serde_json::from_str(payload).ok()
 }
 
-/// Grades what the core did in `case`.
-pub fn grade(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd, strict: bool) -> Grade {
-    let tier = case.config.tier;
-    let mut found = Findings {
-        broken: every_message(events, tier),
-        ..Findings::default()
-    };
-    for step in &case.steps {
-        match check_step(step, events, end) {
-            Ok(()) => {}
-            // The later steps are about what the core did not do: moot.
-            Err((true, w)) => {
-                found.unseen.push(w);
-                break;
-            }
-            Err((false, w)) if step.info => found.notes.push(w),
-            Err((false, w)) => found.failures.push(w),
-        }
-    }
-    found.grade(case, strict, &describe(events, end), "core")
+/// What the core did in `case`, as evidence for the grader.
+pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -> Evidence {
+    crate::peer::evidence(
+        every_message(events, case.config.tier),
+        &case.steps,
+        |s| s.info,
+        |s| check_step(&s.check, events, end),
+        "core",
+        describe(events, end),
+    )
 }
 
-/// `Err((unseen, why))`: unseen when the core never did what the step is about.
-fn check_step(step: &CoreStep, events: &[Event], end: CoreEnd) -> Result<(), (bool, String)> {
+fn check_step(check: &CoreCheck, events: &[Event], end: CoreEnd) -> Check {
     let from_core: Vec<(u64, Value)> = events
         .iter()
         .filter_map(|e| match e {
@@ -226,110 +243,123 @@ fn check_step(step: &CoreStep, events: &[Event], end: CoreEnd) -> Result<(), (bo
             _ => None,
         })
         .collect();
-    if let Some(m) = &step.sends {
-        return if from_core.iter().any(|(_, v)| v["method"] == json!(m)) {
-            Ok(())
-        } else {
-            Err((false, format!("the core never sent {m}")))
-        };
-    }
-    if let Some(m) = &step.cancels {
-        let Some((sent, request)) = from_core
-            .iter()
-            .find(|(_, v)| v["method"] == json!(m) && v.get("id").is_some())
-        else {
-            return Err((true, format!("the core never sent {m}")));
-        };
-        let id = request["id"].clone();
-        let deadline = request
-            .pointer("/params/deadline_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let cancel = from_core.iter().find(|(_, v)| {
-            v["method"] == json!("$/cancel") && v.pointer("/params/id") == Some(&id)
-        });
-        return match cancel {
-            None => Err((
-                false,
-                format!(
-                    "the core never sent $/cancel for its {m} (id {id}, deadline_ms {deadline})"
-                ),
-            )),
-            Some((t, _)) => {
-                let after = t.saturating_sub(*sent);
-                if after + 50 < deadline {
-                    Err((
-                        false,
-                        format!(
-                            "the core cancelled its {m} {after} ms after sending it, before its deadline_ms {deadline}"
-                        ),
-                    ))
-                } else if after > deadline + CANCEL_MARGIN_MS {
-                    Err((
-                        false,
-                        format!(
-                            "the core cancelled its {m} {after} ms after sending it, past its deadline_ms {deadline} and conform's {CANCEL_MARGIN_MS} ms margin"
-                        ),
-                    ))
-                } else {
-                    Ok(())
-                }
+    match check {
+        CoreCheck::Sends(m) => {
+            if from_core.iter().any(|(_, v)| v["method"] == json!(m)) {
+                Check::Holds
+            } else {
+                Check::Broken(Kind::Missing, format!("the core never sent {m}"))
             }
-        };
+        }
+        CoreCheck::Cancels(m) => cancels(m, &from_core),
+        CoreCheck::EndsHost => ends_host(events, end),
+        CoreCheck::Exit(want) => match (end.code, end.stopped) {
+            (code, false) if want.holds(code) => Check::Holds,
+            (_, true) => Check::Broken(
+                Kind::Process,
+                "the core was still running at the deadline".into(),
+            ),
+            (c, _) => Check::Broken(
+                Kind::Process,
+                format!("the core exited with {c:?}, not {want}"),
+            ),
+        },
     }
-    if step.ends_host {
-        let Some(broke) = events.iter().find_map(|e| match e {
-            Event::BrokeFrame { t_ms } => Some(*t_ms),
+}
+
+/// Whether the core cancelled its unanswered request of `m` once its
+/// `deadline_ms` had passed, within conform's margin.
+fn cancels(m: &str, from_core: &[(u64, Value)]) -> Check {
+    let Some((sent, request)) = from_core
+        .iter()
+        .find(|(_, v)| v["method"] == json!(m) && v.get("id").is_some())
+    else {
+        return Check::Unseen(format!("the core never sent {m}"));
+    };
+    let id = request["id"].clone();
+    let deadline = request
+        .pointer("/params/deadline_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let cancel = from_core
+        .iter()
+        .find(|(_, v)| v["method"] == json!("$/cancel") && v.pointer("/params/id") == Some(&id));
+    match cancel {
+        None => Check::Broken(
+            Kind::Missing,
+            format!("the core never sent $/cancel for its {m} (id {id}, deadline_ms {deadline})"),
+        ),
+        Some((t, _)) => {
+            let after = t.saturating_sub(*sent);
+            if after + 50 < deadline {
+                Check::Broken(
+                    Kind::Rule,
+                    format!(
+                        "the core cancelled its {m} {after} ms after sending it, before its deadline_ms {deadline}"
+                    ),
+                )
+            } else if after > deadline + CANCEL_MARGIN_MS {
+                Check::Broken(
+                    Kind::Rule,
+                    format!(
+                        "the core cancelled its {m} {after} ms after sending it, past its deadline_ms {deadline} and conform's {CANCEL_MARGIN_MS} ms margin"
+                    ),
+                )
+            } else {
+                Check::Holds
+            }
+        }
+    }
+}
+
+/// Whether, after the host's broken frame, the core sent nothing more and
+/// ended the host.
+fn ends_host(events: &[Event], end: CoreEnd) -> Check {
+    let Some(broke) = events.iter().find_map(|e| match e {
+        Event::BrokeFrame { t_ms } => Some(*t_ms),
+        _ => None,
+    }) else {
+        return Check::Unseen("the host never got to break its framing".into());
+    };
+    let mut problems = Vec::new();
+    let later: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::In { t_ms, payload } if *t_ms > broke + 1000 => Some(
+                parsed(payload)
+                    .and_then(|v| v["method"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "an answer".into()),
+            ),
             _ => None,
-        }) else {
-            return Err((true, "the host never got to break its framing".into()));
-        };
-        let mut problems = Vec::new();
-        let later: Vec<String> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::In { t_ms, payload } if *t_ms > broke + 1000 => Some(
-                    parsed(payload)
-                        .and_then(|v| v["method"].as_str().map(str::to_owned))
-                        .unwrap_or_else(|| "an answer".into()),
-                ),
-                _ => None,
-            })
-            .collect();
-        if !later.is_empty() {
-            problems.push(format!(
-                "after the host's broken frame the core went on sending: {}",
-                later.join(", ")
-            ));
-        }
-        let closed = events.iter().find_map(|e| match e {
-            Event::Closed { t_ms } => Some(*t_ms),
-            _ => None,
-        });
-        match closed {
-            Some(t) if t > broke + END_WITHIN_MS && !end.stopped => problems.push(format!(
-                "the core closed the host's stdin {} ms after the broken frame, not within {END_WITHIN_MS} ms",
-                t - broke
-            )),
-            _ => {}
-        }
-        if end.host_outlived || (closed.is_none() && end.stopped) {
-            problems.push("the core did not end the host: it was still running".into());
-        }
-        return if problems.is_empty() {
-            Ok(())
-        } else {
-            Err((false, problems.join("; ")))
-        };
+        })
+        .collect();
+    if !later.is_empty() {
+        problems.push(format!(
+            "after the host's broken frame the core went on sending: {}",
+            later.join(", ")
+        ));
     }
-    if step.exit_zero {
-        return match (end.code, end.stopped) {
-            (Some(0), false) => Ok(()),
-            (_, true) => Err((false, "the core was still running at the deadline".into())),
-            (c, _) => Err((false, format!("the core exited with {c:?}, not 0"))),
-        };
+    let closed = events.iter().find_map(|e| match e {
+        Event::Closed { t_ms } => Some(*t_ms),
+        _ => None,
+    });
+    if let Some(t) = closed
+        && t > broke + END_WITHIN_MS
+        && !end.stopped
+    {
+        problems.push(format!(
+            "the core closed the host's stdin {} ms after the broken frame, not within {END_WITHIN_MS} ms",
+            t - broke
+        ));
     }
-    Ok(())
+    if end.host_outlived || (closed.is_none() && end.stopped) {
+        problems.push("the core did not end the host: it was still running".into());
+    }
+    if problems.is_empty() {
+        Check::Holds
+    } else {
+        Check::Broken(Kind::Process, problems.join("; "))
+    }
 }
 
 fn describe(events: &[Event], end: CoreEnd) -> String {
@@ -372,13 +402,15 @@ fn describe(events: &[Event], end: CoreEnd) -> String {
     )
 }
 
-fn every_message(events: &[Event], tier: Tier) -> Vec<(String, String)> {
+/// The rules every frame of every case is held to, as (requirement, kind, why).
+fn every_message(events: &[Event], tier: Tier) -> Vec<(String, Kind, String)> {
     let mut out = Vec::new();
     let mut n = 0;
     for e in events {
         match e {
             Event::BadFrame { why, .. } => out.push((
                 rules::FRAMES.into(),
+                Kind::Framing,
                 format!("the core wrote bytes that are not a CWX1 frame: {why}"),
             )),
             Event::In { payload, .. } => {
@@ -386,17 +418,18 @@ fn every_message(events: &[Event], tier: Tier) -> Vec<(String, String)> {
                 let Some(v) = parsed(payload) else {
                     out.push((
                         rules::FRAMES.into(),
+                        Kind::Malformed,
                         format!("frame {n}'s payload is not JSON"),
                     ));
                     continue;
                 };
-                if let Err(why) = validate::parse_core_message(v, tier) {
-                    let rule = if why.contains("is not allowed on the") {
-                        rules::TIER_SEND
+                if let Err(refused) = validate::parse_core_message(v, tier) {
+                    let (rule, kind) = if refused.tier {
+                        (rules::TIER_SEND, Kind::Unexpected)
                     } else {
-                        rules::FRAMES
+                        (rules::FRAMES, Kind::Shape)
                     };
-                    out.push((rule.into(), format!("frame {n}: {why}")));
+                    out.push((rule.into(), kind, format!("frame {n}: {refused}")));
                 }
             }
             _ => {}

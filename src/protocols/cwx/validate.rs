@@ -530,9 +530,35 @@ struct HookEvaluateParams {
     deadline_ms: u64,
 }
 
+/// Why a core→host payload is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The method exists, but not for this tier's host.
+    pub tier: bool,
+    pub why: String,
+}
+
+impl From<String> for Refused {
+    fn from(why: String) -> Refused {
+        Refused { tier: false, why }
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(why: &str) -> Refused {
+        Refused::from(why.to_owned())
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 /// Parses one core→host payload bound for a host of `tier`, as the seed's
 /// `parse_core_message` does for the methods conform sends.
-pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), String> {
+pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), Refused> {
     let envelope: Envelope = serde_json::from_value(value).map_err(|e| format!("envelope: {e}"))?;
     if envelope.jsonrpc != "2.0" {
         return Err("envelope: jsonrpc must be \"2.0\"".into());
@@ -550,14 +576,16 @@ pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), String> {
     let spec = table::method(Direction::CoreToHost, &method)
         .ok_or_else(|| format!("unknown core_to_host method `{method}`"))?;
     if !spec.tiers.contains(&tier) {
-        return Err(format!(
-            "`{method}` is not allowed on the {} tier",
-            tier.name()
-        ));
+        return Err(Refused {
+            tier: true,
+            why: format!("`{method}` is not allowed on the {} tier", tier.name()),
+        });
     }
     match (spec.request, envelope.id) {
-        (true, None) => return Err(format!("`{method}` must be a request (with id)")),
-        (false, Some(_)) => return Err(format!("`{method}` must be a notification (no id)")),
+        (true, None) => return Err(format!("`{method}` must be a request (with id)").into()),
+        (false, Some(_)) => {
+            return Err(format!("`{method}` must be a notification (no id)").into());
+        }
         _ => {}
     }
     let p = &envelope.params;
