@@ -219,8 +219,10 @@ pub fn parse_cases<D: Dialect>(origin: &str, text: &str) -> Result<Vec<Case<D>>,
             .and_then(|v| v.as_str())
             .unwrap_or("<no id>")
             .to_owned();
-        let mut case: Case<D> =
-            serde_json::from_value(item).map_err(|e| invalid(format!("case {id}: {e}")))?;
+        let mut case: Case<D> = match serde_json::from_value(item.clone()) {
+            Ok(c) => c,
+            Err(e) => return Err(invalid(format!("case {id}{}: {e}", where_in::<D>(&item)))),
+        };
         if case.id.is_empty() || case.id.chars().any(char::is_whitespace) {
             return Err(invalid(format!(
                 "case id {:?} is empty or has spaces",
@@ -234,6 +236,20 @@ pub fn parse_cases<D: Dialect>(origin: &str, text: &str) -> Result<Vec<Case<D>>,
         cases.push(case);
     }
     Ok(cases)
+}
+
+/// Which step of a case that does not read is the one at fault, if one is:
+/// ` step N` (or ` finally step N`), so the error points at it.
+fn where_in<D: Dialect>(item: &serde_json::Value) -> String {
+    for (key, label) in [("steps", " step"), ("finally", " finally step")] {
+        let steps = item.get(key).and_then(serde_json::Value::as_array);
+        for (i, step) in steps.into_iter().flatten().enumerate() {
+            if serde_json::from_value::<D::Step>(step.clone()).is_err() {
+                return format!("{label} {i}");
+            }
+        }
+    }
+    String::new()
 }
 
 /// A suite's embedded cases under `corpus/<D::DIR>/` plus the `extra`

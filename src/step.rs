@@ -156,7 +156,7 @@ enum RawBytes {
 /// What kind of answer a step needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Reply {
+pub enum ReplyRule {
     /// A result (an `error` that is null or absent, a `result` not null).
     Result,
     /// An error.
@@ -176,13 +176,17 @@ pub enum Reply {
     Due,
 }
 
-impl Reply {
+impl ReplyRule {
     /// The rule an `expect` states, by default read from which pattern it gives.
-    pub fn of(reply: Option<Reply>, result: &Option<Value>, error: &Option<Value>) -> Reply {
+    pub fn of(
+        reply: Option<ReplyRule>,
+        result: &Option<Value>,
+        error: &Option<Value>,
+    ) -> ReplyRule {
         reply.unwrap_or(match (result, error) {
-            (Some(_), _) => Reply::Result,
-            (None, Some(_)) => Reply::Error,
-            (None, None) => Reply::Any,
+            (Some(_), _) => ReplyRule::Result,
+            (None, Some(_)) => ReplyRule::Error,
+            (None, None) => ReplyRule::Any,
         })
     }
 }
@@ -196,6 +200,8 @@ pub trait Language: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
     type Expect: DeserializeOwned + std::fmt::Debug + Clone + Send + Sync;
     /// The common actions the dialect's driver runs, by key.
     const COMMON: &'static [&'static str];
+    /// The keys of the dialect's own actions.
+    const OWN: &'static [&'static str];
     /// The longest `deadline` a step may set, in seconds.
     const MAX_DEADLINE: f64;
     /// The dialect's own action among its keys, if they name one.
@@ -225,13 +231,15 @@ pub trait Language: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
 pub fn check_stdio_expect<O>(
     action: &Action<O>,
     exit: Option<bool>,
-    reply: Option<Reply>,
+    reply: Option<ReplyRule>,
 ) -> Result<(), String> {
     if exit.is_some() && !matches!(action, Action::CloseStdin) {
         return Err("`expect.exit` goes with closeStdin".into());
     }
     match reply {
-        Some(Reply::IfAny | Reply::Due) => Err("if-any and due are agent-socket's rules".into()),
+        Some(ReplyRule::IfAny | ReplyRule::Due) => {
+            Err("if-any and due are agent-socket's rules".into())
+        }
         _ => Ok(()),
     }
 }
@@ -363,8 +371,7 @@ impl<L: Language> Step<L> {
         }
         let own_count = usize::from(own.is_some());
         if actions.len() + own_count != 1 {
-            let mut names: Vec<&str> = L::COMMON.to_vec();
-            names.push("or one of the dialect's own");
+            let names: Vec<&str> = L::COMMON.iter().chain(L::OWN).copied().collect();
             return Err(format!(
                 "a step needs exactly one action of {} (found {})",
                 names.join(", "),
@@ -457,6 +464,7 @@ mod tests {
         type Own = &'static str;
         type Expect = Value;
         const COMMON: &'static [&'static str] = &[key::SEND, key::RAW, key::QUIET];
+        const OWN: &'static [&'static str] = &["ping"];
         const MAX_DEADLINE: f64 = 600.0;
         fn own(extra: &TestExtra) -> Result<Option<&'static str>, String> {
             Ok(extra.ping.then_some("ping"))

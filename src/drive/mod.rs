@@ -3,7 +3,7 @@
 
 use crate::evidence::{Finding, Kind};
 use crate::matcher::{self, Vars};
-use crate::step::Reply;
+use crate::step::ReplyRule;
 use serde_json::Value;
 
 /// What `answer` breaks of a step that wants `rule`, given the (expanded)
@@ -12,13 +12,13 @@ use serde_json::Value;
 /// `vars` takes the pattern's captures.
 pub fn judge_answer(
     answer: &Result<Value, Value>,
-    rule: Reply,
+    rule: ReplyRule,
     pattern: Option<&Value>,
     vars: &mut Vars,
 ) -> Vec<Finding> {
     let mut found = Vec::new();
     match (answer, rule) {
-        (Err(e), Reply::Result) => found.push(
+        (Err(e), ReplyRule::Result) => found.push(
             Finding::new(
                 None,
                 Kind::WrongKind,
@@ -26,7 +26,7 @@ pub fn judge_answer(
             )
             .saw("a result", e.to_string()),
         ),
-        (Ok(r), Reply::Error) => found.push(
+        (Ok(r), ReplyRule::Error) => found.push(
             Finding::new(
                 None,
                 Kind::WrongKind,
@@ -36,7 +36,7 @@ pub fn judge_answer(
         ),
         _ => {}
     }
-    if found.is_empty() && rule != Reply::Optional {
+    if found.is_empty() && rule != ReplyRule::Optional {
         let (value, path) = match answer {
             Ok(r) => (r, "result"),
             Err(e) => (e, "error"),
@@ -59,13 +59,15 @@ mod tests {
     fn the_kind_of_answer_comes_before_its_pattern() {
         let mut vars = Vars::default();
         let err = Err(json!({"code": -32601, "message": "no"}));
-        let found = judge_answer(&err, Reply::Result, None, &mut vars);
+        let found = judge_answer(&err, ReplyRule::Result, None, &mut vars);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].kind, Kind::WrongKind);
         let ok = Ok(json!({"a": 2}));
-        let found = judge_answer(&ok, Reply::Any, Some(&json!({"a": 1})), &mut vars);
+        let found = judge_answer(&ok, ReplyRule::Any, Some(&json!({"a": 1})), &mut vars);
         assert_eq!(found[0].kind, Kind::Mismatch);
         assert_eq!(found[0].message, "result.a: expected 1, got 2");
-        assert!(judge_answer(&ok, Reply::Optional, Some(&json!({"a": 1})), &mut vars).is_empty());
+        assert!(
+            judge_answer(&ok, ReplyRule::Optional, Some(&json!({"a": 1})), &mut vars).is_empty()
+        );
     }
 }

@@ -1,14 +1,16 @@
 //! Runs agent-socket cases against a server on a Unix socket, playing Vibe:
 //! one connection per request, one request line, one reply line.
 
-use super::steps::{Expect, NamedCheck, Need, Pause, Raw, ReplyRule, Send, Step};
+use super::steps::{Expect, NamedCheck, Need, Own, Step};
 use super::table::{self, Deadline};
 use super::validate::{self, DeclaredSandbox, DeclaredTool};
+use crate::case::Pause;
 use crate::case::{Case, ForEach};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{CaseResult, Direction, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
+use crate::step::{Action, Bytes, Outgoing, ReplyRule};
 use crate::transport::budget::Held;
 use crate::transport::process::describe_status;
 use crate::transport::unix::{self, ReadOutcome};
@@ -368,6 +370,8 @@ struct Pending {
     rest: Option<Vec<u8>>,
     /// The id the request carried as conform reads its bytes (see `IfAny`).
     raw_id: Option<Option<Value>>,
+    /// conform reached the socket (a failure after this was in the exchange).
+    connected: bool,
 }
 
 struct CaseRun<'a> {
@@ -413,62 +417,70 @@ impl CaseRun<'_> {
     }
 
     async fn step(&mut self, index: usize, step: &Step) {
-        if let Some(secs) = step.sleep {
-            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-            return;
-        }
-        if step.socket_mode {
-            self.check_socket_mode();
-            return;
-        }
-        if let Some(name) = &step.pending {
-            match self.conns.get(name) {
-                Some(h) if !h.is_finished() => {}
-                Some(_) => {
-                    self.ev.fail(Kind::Rule, format!(
-                        "the reply on connection `{name}` had already arrived: the server did not answer the other request while it ran"
-                    ));
-                }
-                None => self
-                    .ev
-                    .error(format!("step {index}: no connection `{name}` to check")),
-            }
-            return;
-        }
-        if let Some(name) = &step.await_conn {
-            let Some(handle) = self.conns.remove(name) else {
-                self.ev
-                    .error(format!("step {index}: no connection `{name}` to await"));
-                return;
-            };
-            match handle.await {
-                Ok(p) => {
-                    let rule = step
-                        .expect
-                        .as_ref()
-                        .map(Expect::rule)
-                        .unwrap_or(ReplyRule::Any);
-                    self.session.settle(&p.outcome, rule).await;
-                    self.judge(step.expect.as_ref(), &p, name)
-                }
-                Err(e) => self.ev.error(format!("connection `{name}`: {e}")),
-            }
-            return;
-        }
-        // A request: build its bytes.
         let probe_send;
-        let send = if step.probe {
-            probe_send = Send {
-                method: "agent/initialize".into(),
-                params: initialize_params(),
-                id: None,
-                notification: false,
-            };
-            Some(&probe_send)
-        } else {
-            step.send.as_ref()
+        let send = match &step.action {
+            Action::Quiet(secs) => {
+                tokio::time::sleep(Duration::from_secs_f64(*secs)).await;
+                return;
+            }
+            Action::Own(Own::SocketMode) => {
+                self.check_socket_mode();
+                return;
+            }
+            Action::Own(Own::Pending(name)) => {
+                match self.conns.get(name) {
+                    Some(h) if !h.is_finished() => {}
+                    Some(_) => {
+                        self.ev.fail(Kind::Rule, format!(
+                            "the reply on connection `{name}` had already arrived: the server did not answer the other request while it ran"
+                        ));
+                    }
+                    None => self
+                        .ev
+                        .error(format!("step {index}: no connection `{name}` to check")),
+                }
+                return;
+            }
+            Action::Await(name) => {
+                let Some(handle) = self.conns.remove(name) else {
+                    self.ev
+                        .error(format!("step {index}: no connection `{name}` to await"));
+                    return;
+                };
+                match handle.await {
+                    Ok(p) => {
+                        let rule = step
+                            .expect
+                            .as_ref()
+                            .map(Expect::rule)
+                            .unwrap_or(ReplyRule::Any);
+                        self.session.settle(&p.outcome, rule).await;
+                        self.judge(step.expect.as_ref(), &p, name)
+                    }
+                    Err(e) => self.ev.error(format!("connection `{name}`: {e}")),
+                }
+                return;
+            }
+            // A request: build its bytes.
+            Action::Probe => {
+                probe_send = Outgoing {
+                    method: "agent/initialize".into(),
+                    params: initialize_params(),
+                    id: None,
+                    notification: false,
+                };
+                Some(&probe_send)
+            }
+            Action::Send(send) => Some(send),
+            Action::Write(_) => None,
+            // Not steps of this dialect (refused at load).
+            Action::WaitFor(_) | Action::CloseStdin | Action::ExitsWithin(_) => {
+                self.ev
+                    .error(format!("step {index}: not an agent-socket step"));
+                return;
+            }
         };
-        let (bytes, method, request_id, params) = match (send, &step.raw) {
+        let (bytes, method, request_id, params) = match (send, &step.action) {
             (Some(send), _) => {
                 let params = match matcher::expand(&send.params, &self.vars) {
                     Ok(p) => p,
@@ -491,7 +503,7 @@ impl CaseRun<'_> {
                 let rid = (!send.notification).then_some(id);
                 (line, Some(send.method.clone()), rid, params)
             }
-            (None, Some(Raw::Text(t))) => match matcher::expand(&json!(t), &self.vars) {
+            (None, Action::Write(Bytes::Text(t))) => match matcher::expand(&json!(t), &self.vars) {
                 Ok(Value::String(s)) => (s.into_bytes(), None, None, Value::Null),
                 Ok(other) => (other.to_string().into_bytes(), None, None, Value::Null),
                 Err(e) => {
@@ -499,32 +511,17 @@ impl CaseRun<'_> {
                     return;
                 }
             },
-            (
-                None,
-                Some(Raw::Filled {
-                    prefix,
-                    fill,
-                    bytes,
-                    suffix,
-                }),
-            ) => {
-                let mut b = Vec::with_capacity(prefix.len() + bytes + suffix.len());
-                b.extend_from_slice(prefix.as_bytes());
-                let unit = if fill.is_empty() { "x" } else { fill.as_str() };
-                while b.len() < prefix.len() + bytes {
-                    b.extend_from_slice(unit.as_bytes());
-                }
-                b.truncate(prefix.len() + bytes);
-                b.extend_from_slice(suffix.as_bytes());
-                (b, None, None, Value::Null)
-            }
-            (None, None) => match step.raw_hex.as_deref().and_then(crate::case::hex_bytes) {
+            (None, Action::Write(bytes)) => match bytes.generated() {
                 Some(b) => (b, None, None, Value::Null),
                 None => {
                     self.ev.error(format!("step {index}: nothing to send"));
                     return;
                 }
             },
+            (None, _) => {
+                self.ev.error(format!("step {index}: nothing to send"));
+                return;
+            }
         };
         // The id a reply to raw bytes may echo besides null: None when conform
         // cannot read the bytes itself, so it cannot say which id they carry.
@@ -534,14 +531,14 @@ impl CaseRun<'_> {
             raw_request_id(&bytes)
         };
         let (deadline_s, deadline_why) = self.deadline_for(step, method.as_deref(), &params);
-        let conn_name = step.conn.clone().unwrap_or_else(|| format!("c{index}"));
+        let conn_name = step.name.clone().unwrap_or_else(|| format!("c{index}"));
         let expect = step.expect.clone();
         let want_rest = expect.as_ref().is_some_and(|e| e.nothing_after);
         let socket = self.session.socket.clone();
         let transcript = self.transcript.clone();
         let started = self.started;
-        let close = step.close;
-        let half_close = step.half_close;
+        let close = step.extra.close;
+        let half_close = step.extra.half_close;
         let pauses = step.pauses.clone();
         let name = conn_name.clone();
         let task = async move {
@@ -560,6 +557,7 @@ impl CaseRun<'_> {
                         },
                         rest: None,
                         raw_id,
+                        connected: false,
                     };
                 }
             };
@@ -664,11 +662,12 @@ impl CaseRun<'_> {
                 outcome,
                 rest,
                 raw_id,
+                connected: true,
             }
         };
         if step.wait {
             let p = task.await;
-            if step.close {
+            if step.extra.close {
                 // The close was conform's own; only a failure to connect or write counts.
                 if matches!(p.outcome, ReadOutcome::Failed { .. }) {
                     self.session.settle(&p.outcome, ReplyRule::Any).await;
@@ -676,7 +675,7 @@ impl CaseRun<'_> {
                 if let ReadOutcome::Failed { error, .. } = &p.outcome {
                     // Raw bytes are not a request Vibe sends: a server may
                     // close on them before it has read them all.
-                    if step.send.is_some() || error.starts_with("cannot connect") {
+                    if matches!(step.action, Action::Send(_)) || !p.connected {
                         self.ev.fail(
                             Kind::Transport,
                             format!("{error}{}", self.session.target_note()),
@@ -689,7 +688,8 @@ impl CaseRun<'_> {
             }
             // Still serving means answering with a reply line at all; the
             // handshake's content is graded by the handshake cases.
-            let expect = if step.probe {
+            let probe = matches!(step.action, Action::Probe);
+            let expect = if probe {
                 Some(Expect::any_reply())
             } else {
                 expect
@@ -698,7 +698,7 @@ impl CaseRun<'_> {
             self.session.settle(&p.outcome, rule).await;
             let before = self.ev.findings.len();
             self.judge(expect.as_ref(), &p, &conn_name);
-            if step.probe && self.ev.findings.len() > before {
+            if probe && self.ev.findings.len() > before {
                 let broken = self.ev.findings.split_off(before);
                 let detail: Vec<&str> = broken.iter().map(|f| f.message.as_str()).collect();
                 self.ev.fail(

@@ -107,7 +107,9 @@ fn golden(session: &Session) -> Result<Vec<Value>, RunError> {
     let mut id = 0;
     for case in &cases {
         for step in case.steps.iter().chain(&case.finally) {
-            let Some(send) = &step.send else { continue };
+            let crate::step::Action::Send(send) = &step.action else {
+                continue;
+            };
             let mut params = send.params.clone();
             let text = params.to_string();
             if text.contains("${tool") {

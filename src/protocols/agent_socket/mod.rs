@@ -65,13 +65,6 @@ impl Dialect for ServerCases {
     const PROTOCOL: Protocol = Protocol::AgentSocket;
     const DIR: &'static str = "agent-socket/cases";
     const LOOPS: bool = true;
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        for (i, s) in case.steps.iter().chain(&case.finally).enumerate() {
-            s.validate().map_err(|m| format!("step {i}: {m}"))?;
-        }
-        Ok(())
-    }
 }
 
 impl suite::Run for ServerCases {

@@ -1,11 +1,12 @@
-//! The step language of agent-socket cases (data in `corpus/agent-socket/`).
+//! The step language of agent-socket cases (data in `corpus/agent-socket/`),
+//! the agent-socket dialect of [`crate::step`].
 //!
 //! A step does one thing: `send` a request (or `raw` bytes) on a new
 //! connection, `await` a reply started earlier, check that one is still
-//! `pending`, `sleep`, `probe` that the server still serves, or check the
-//! `socketMode`. Its `expect` says what must come back.
+//! `pending`, let time pass (`quiet`), `probe` that the server still
+//! serves, or check the `socketMode`. Its `expect` says what must come back.
 
-pub use crate::case::Pause;
+use crate::step::{self, Action, Language, ReplyRule, key};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -35,105 +36,83 @@ impl std::fmt::Display for Need {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The agent-socket dialect of the step language.
+#[derive(Debug, Clone)]
+pub struct Lang;
+
+pub type Step = step::Step<Lang>;
+
+/// The dialect's own keys: its actions, and how a connection ends.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Step {
-    #[serde(default)]
-    pub send: Option<Send>,
-    #[serde(default)]
-    pub raw: Option<Raw>,
-    /// Raw bytes as hex pairs, for bytes a JSON string cannot hold.
-    #[serde(default)]
-    pub raw_hex: Option<String>,
-    #[serde(default, rename = "await")]
-    pub await_conn: Option<String>,
+pub struct Extra {
+    /// The reply on this connection has not come yet.
     #[serde(default)]
     pub pending: Option<String>,
-    #[serde(default)]
-    pub sleep: Option<f64>,
-    /// Send `agent/initialize` and expect a reply line: the server still serves.
-    #[serde(default)]
-    pub probe: bool,
     /// Check the socket file's and its directory's modes.
     #[serde(default)]
     pub socket_mode: bool,
-    /// Names the connection, so a later step can `await` it.
-    #[serde(default)]
-    pub conn: Option<String>,
-    /// Read the reply now (true) or leave it to an `await` (false).
-    #[serde(default = "yes")]
-    pub wait: bool,
     /// Close the connection right after sending, without reading.
     #[serde(default)]
     pub close: bool,
     /// Shut down conform's writing half after sending, then read the reply.
     #[serde(default)]
     pub half_close: bool,
-    /// Write the request in pieces: stop after byte `at` for `ms` milliseconds.
-    #[serde(default)]
-    pub pauses: Vec<Pause>,
-    #[serde(default)]
-    pub expect: Option<Expect>,
-    /// Overrides the method's deadline, in seconds.
-    #[serde(default)]
-    pub deadline: Option<f64>,
 }
 
-/// A JSON-RPC request conform builds and writes as one compact line.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Send {
-    pub method: String,
-    #[serde(default = "empty_object")]
-    pub params: Value,
-    /// The request id; by default the next integer of the run.
-    #[serde(default)]
-    pub id: Option<Value>,
-    /// Send without an id (a notification).
-    #[serde(default)]
-    pub notification: bool,
+/// The dialect's own actions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Own {
+    Pending(String),
+    SocketMode,
 }
 
-fn empty_object() -> Value {
-    Value::Object(Default::default())
-}
+impl Language for Lang {
+    type Extra = Extra;
+    type Own = Own;
+    type Expect = Expect;
+    const COMMON: &'static [&'static str] = &[
+        key::SEND,
+        key::RAW,
+        key::RAW_HEX,
+        key::AWAIT,
+        key::QUIET,
+        key::PROBE,
+    ];
+    const OWN: &'static [&'static str] = &["pending", "socketMode"];
+    const MAX_DEADLINE: f64 = 3600.0;
 
-/// Raw bytes: a literal string (templates expanded), or a generated run.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum Raw {
-    Text(String),
-    Filled {
-        #[serde(default)]
-        prefix: String,
-        fill: String,
-        bytes: usize,
-        #[serde(default)]
-        suffix: String,
-    },
-}
+    fn own(extra: &Extra) -> Result<Option<Own>, String> {
+        match (&extra.pending, extra.socket_mode) {
+            (Some(name), false) => Ok(Some(Own::Pending(name.clone()))),
+            (None, true) => Ok(Some(Own::SocketMode)),
+            (None, false) => Ok(None),
+            (Some(_), true) => Err("a step is one of pending and socketMode, not both".into()),
+        }
+    }
 
-/// What kind of reply a step needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReplyRule {
-    /// A result (an `error` that is null or absent, a `result` that is not null).
-    Result,
-    /// An error.
-    Error,
-    /// A reply line of either kind.
-    Any,
-    /// Anything, including a close or silence: only recorded.
-    Optional,
-    /// No reply line at all before the deadline or the close.
-    None,
-    /// No reply is needed, but a reply line that comes must be a whole,
-    /// well-formed JSON-RPC response whose id is null or the request's.
-    #[serde(rename = "if-any")]
-    IfAny,
-    /// As `if-any`, but a reply line is due before the deadline.
-    #[serde(rename = "due")]
-    Due,
+    /// Every request or raw write opens a connection a later step may await.
+    fn awaitable(action: &Action<Own>) -> bool {
+        matches!(action, Action::Send(_) | Action::Write(_))
+    }
+
+    fn paced(action: &Action<Own>) -> bool {
+        Self::awaitable(action)
+    }
+
+    fn check(step: &Step) -> Result<(), String> {
+        let e = &step.extra;
+        if (e.close || e.half_close) && !Self::awaitable(&step.action) {
+            return Err("`close` and `halfClose` go with send or raw".into());
+        }
+        if e.close && e.half_close {
+            return Err("a step closes or half-closes, not both".into());
+        }
+        if e.close && step.expect.is_some() {
+            return Err("a step that closes right away reads no reply to expect".into());
+        }
+        Ok(())
+    }
 }
 
 /// Checks written once in code and named from the data. A check finds
@@ -197,69 +176,6 @@ impl Expect {
 
     /// The reply rule, by default read from which pattern is given.
     pub fn rule(&self) -> ReplyRule {
-        self.reply.unwrap_or(match (&self.result, &self.error) {
-            (Some(_), _) => ReplyRule::Result,
-            (None, Some(_)) => ReplyRule::Error,
-            (None, None) => ReplyRule::Any,
-        })
-    }
-}
-
-impl Step {
-    /// Checks a step is one action with modifiers that fit it; called at load.
-    pub fn validate(&self) -> Result<(), String> {
-        let actions = [
-            self.send.is_some(),
-            self.raw.is_some(),
-            self.raw_hex.is_some(),
-            self.await_conn.is_some(),
-            self.pending.is_some(),
-            self.sleep.is_some(),
-            self.probe,
-            self.socket_mode,
-        ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if actions != 1 {
-            return Err(format!(
-                "a step needs exactly one of send, raw, rawHex, await, pending, sleep, probe, socketMode (found {actions})"
-            ));
-        }
-        let sends = self.send.is_some() || self.raw.is_some() || self.raw_hex.is_some();
-        if !self.wait && self.conn.is_none() {
-            return Err("a step with `wait: false` needs a `conn` name to await".into());
-        }
-        if (self.close || self.half_close || !self.wait || self.conn.is_some()) && !sends {
-            return Err("`conn`, `wait`, `close` and `halfClose` go with send or raw".into());
-        }
-        crate::case::check_pauses(&self.pauses, sends)?;
-        if self.close && self.half_close {
-            return Err("a step closes or half-closes, not both".into());
-        }
-        if let Some(h) = &self.raw_hex
-            && crate::case::hex_bytes(h).is_none()
-        {
-            return Err("rawHex is pairs of hex digits".into());
-        }
-        if self.close && self.expect.is_some() {
-            return Err("a step that closes right away reads no reply to expect".into());
-        }
-        if let Some(s) = self.sleep
-            && !(0.0..=60.0).contains(&s)
-        {
-            return Err("sleep is between 0 and 60 seconds".into());
-        }
-        if let Some(d) = self.deadline
-            && !(d > 0.0 && d <= 3600.0)
-        {
-            return Err("deadline is between 0 and 3600 seconds".into());
-        }
-        if let Some(Raw::Filled { bytes, .. }) = &self.raw
-            && *bytes > 256 * 1024 * 1024
-        {
-            return Err("a generated raw step is at most 256 MiB".into());
-        }
-        Ok(())
+        ReplyRule::of(self.reply, &self.result, &self.error)
     }
 }

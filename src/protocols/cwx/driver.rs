@@ -11,7 +11,7 @@ use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{CaseResult, Direction, SkipKind, TranscriptEntry};
-use crate::step::Reply;
+use crate::step::ReplyRule as Reply;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
