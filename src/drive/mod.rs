@@ -1,5 +1,8 @@
-//! What the drivers of every suite share above the transport: judging an
-//! answer against a step's expectation.
+//! What the drivers of every suite share above the transport: the stdio
+//! session of the line and frame protocols, and judging an answer against a
+//! step's expectation.
+
+pub mod stdio;
 
 use crate::evidence::{Finding, Kind};
 use crate::matcher::{self, Vars};

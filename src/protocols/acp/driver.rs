@@ -1,21 +1,22 @@
-//! conform playing the editor: one fresh agent process per case, the case's
-//! steps, the editor's answers to the agent, and the grading. The checks
-//! live in `monitor` (every line) and here (what a step expects); this file
-//! is the I/O glue around them.
+//! conform playing the editor: one fresh agent process per case over the
+//! shared stdio session (`drive::stdio`), the monitor watching every line
+//! the agent writes, the editor answering its requests, and the case's
+//! steps. The checks live in `monitor` (every line) and here (what a step
+//! expects).
 
 use super::editor::Editor;
-use super::monitor::{self, Incoming, Monitor};
-use super::steps::{AnswerRule, Config, Expect, NamedCheck, Need, Permission, Setup, Step};
+use super::monitor::{Incoming, Monitor};
+use super::steps::{Config, Expect, NamedCheck, Need, Own, Permission, Prompt, Setup, Step};
 use super::table;
 use crate::case::Case;
+use crate::drive::stdio::{AnswerFuture, Answerer, Codec, Session};
 use crate::evidence::{Evidence, Finding, Kind};
-use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, SkipKind, TranscriptEntry};
-use crate::step::ReplyRule as Reply;
+use crate::matcher::{self, truncate};
+use crate::outcome::{CaseResult, SkipKind};
+use crate::step::{Action, Bytes, ReplyRule};
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -251,31 +252,41 @@ async fn exchange(
     }
 }
 
+/// How conform answers the agent in a case: as the configured editor,
+/// holding back the methods the case withholds until a `release` (or, for
+/// permission requests, a `cancel`).
+struct EditorRole {
+    editor: Editor,
+    withhold: Vec<String>,
+    /// The agent's requests held back: (id, method, params).
+    held: Vec<(Value, String, Value)>,
+}
+
+impl Answerer for EditorRole {
+    fn answer<'a>(
+        &'a mut self,
+        id: &'a Value,
+        method: &'a str,
+        params: &'a Value,
+        within: Duration,
+    ) -> AnswerFuture<'a> {
+        Box::pin(async move {
+            if self.withhold.iter().any(|m| m == method) {
+                self.held
+                    .push((id.clone(), method.to_owned(), params.clone()));
+                return None;
+            }
+            let answer = self.editor.answer(method, params, within).await;
+            Some(answer.to_message(id))
+        })
+    }
+}
+
 struct CaseRun<'a> {
     ctx: &'a Context,
     config: Config,
-    stream: LineStream,
-    started: Instant,
-    transcript: Vec<TranscriptEntry>,
-    monitor: Monitor,
-    editor: Editor,
-    vars: Vars,
-    next_id: i64,
-    /// `as` names to request keys.
-    named: HashMap<String, String>,
-    /// Answers that arrived, by request key.
-    answers: HashMap<String, Result<Value, Value>>,
-    /// The agent's requests held back by `withhold`: (id, method, params).
-    held: Vec<(Value, String, Value)>,
-    ev: Evidence,
-    /// stdout closed (the agent ended or closed it).
-    closed: bool,
-    /// An answer the case needed never came: later steps would build on nothing.
-    stalled: bool,
-    /// The agent ended (or closed stdout) before the case was over.
-    ended_early: bool,
-    /// conform closed the agent's stdin to end the case.
-    ending: bool,
+    s: Session<Monitor>,
+    role: EditorRole,
     workspace: std::path::PathBuf,
 }
 
@@ -304,212 +315,56 @@ impl Context {
             }
         };
         let ws = workspace.path().to_path_buf();
-        let mut vars = Vars::default();
-        vars.set("workspace", json!(ws.display().to_string()));
         let mut run = CaseRun {
             ctx: self,
-            editor: Editor::new(ws.clone(), config.permission),
+            role: EditorRole {
+                editor: Editor::new(ws.clone(), config.permission),
+                withhold: config.withhold.clone(),
+                held: Vec::new(),
+            },
             config,
-            stream,
-            started,
-            transcript: Vec::new(),
-            monitor: Monitor::new(),
-            vars,
-            next_id: 0,
-            named: HashMap::new(),
-            answers: HashMap::new(),
-            held: Vec::new(),
-            ev: Evidence::default(),
-            closed: false,
-            stalled: false,
-            ended_early: false,
-            ending: false,
+            s: Session::new(stream, Codec::Lines, "agent", Monitor::new(), started, 0),
             workspace: ws,
         };
+        run.s
+            .vars
+            .set("workspace", json!(run.workspace.display().to_string()));
         run.setup().await;
         // A setup that failed leaves the steps nothing to stand on.
-        let setup_failed = !run.ev.findings.is_empty();
+        let setup_failed = !run.s.ev.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
             if setup_failed
-                || run.stalled
-                || run.ev.skip.is_some()
-                || run.ev.error.is_some()
-                || !run.ev.findings.is_empty() && run.closed
+                || run.s.stalled
+                || run.s.ev.skip.is_some()
+                || run.s.ev.error.is_some()
+                || !run.s.ev.findings.is_empty() && run.s.closed
             {
                 break;
             }
             run.step(i, step).await;
         }
-        run.finish().await;
-        let evidence = run.evidence();
+        let ended_early = run.s.finish(&mut run.role, EXIT_GRACE).await;
+        let evidence = run.s.evidence(ended_early);
         drop(workspace);
-        CaseResult::graded(case, evidence, self.strict, started, run.transcript)
+        CaseResult::graded(
+            case,
+            evidence,
+            self.strict,
+            started,
+            run.s.transcript.into_entries(),
+        )
     }
 }
 
 impl CaseRun<'_> {
-    fn log(&mut self, dir: Direction, data: &[u8]) {
-        if self.transcript.len() >= crate::outcome::TRANSCRIPT_ENTRIES {
-            return;
-        }
-        self.transcript.push(TranscriptEntry {
-            t_ms: self.started.elapsed().as_millis() as u64,
-            conn: "stdio".into(),
-            dir,
-            data: crate::outcome::transcript_text(data),
-        });
-    }
-
-    fn next_id(&mut self) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        json!(id)
-    }
-
-    /// Writes one message; returns the key of a request.
-    async fn send(&mut self, message: &Value) -> Option<String> {
-        let key = self.monitor.sent(message);
-        self.write(format!("{message}\n").into_bytes()).await;
-        key
-    }
-
-    async fn write(&mut self, bytes: Vec<u8>) {
-        self.log(Direction::Sent, &bytes);
-        if let Err(e) = self.stream.send(&bytes, REQUEST_DEADLINE).await {
-            self.log(Direction::Event, e.as_bytes());
-        }
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Option<String> {
-        let id = self.next_id();
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await
-    }
-
-    /// Reads and handles lines until `done` holds or `until` passes; says
-    /// whether `done` held.
-    async fn pump(&mut self, until: Instant, done: &(dyn Fn(&CaseRun<'_>) -> bool + Sync)) -> bool {
-        loop {
-            if done(self) {
-                return true;
-            }
-            if self.closed {
-                return false;
-            }
-            let Some((_, event)) = self.stream.next(until).await else {
-                return done(self);
-            };
-            match event {
-                StreamEvent::Line(line) => {
-                    if let Some(why) = crate::jsonrpc::too_many_values(&line) {
-                        self.log(
-                            Direction::Event,
-                            b"a message over conform's limit was dropped",
-                        );
-                        self.ev.error(format!("the agent wrote {why}"));
-                        return false;
-                    }
-                    self.handle_line(&line, until).await
-                }
-                StreamEvent::TooLong { limit } => {
-                    self.log(Direction::Event, b"a line over conform's limit was dropped");
-                    self.ev.error(format!(
-                        "the agent wrote a line over conform's {limit}-byte limit; conform cannot judge it"
-                    ));
-                    return false;
-                }
-                // Lines never break the stream; only frames do.
-                StreamEvent::Broken(why) => {
-                    self.ev.error(why);
-                    return false;
-                }
-                StreamEvent::Closed { partial } => {
-                    self.closed = true;
-                    if !partial.is_empty() {
-                        self.log(Direction::Received, &partial);
-                        // "Messages are delimited by newlines (\n)": a last line
-                        // without its newline is not a whole message.
-                        self.monitor.received(&partial);
-                        self.ev.fail(
-                            Kind::Framing,
-                            format!(
-                                "the agent's last {} bytes on stdout had no newline",
-                                partial.len()
-                            ),
-                        );
-                    }
-                    let status = self
-                        .stream
-                        .process
-                        .wait_for_exit(Duration::from_millis(300))
-                        .await;
-                    // An agent that exits cleanly once conform ended its
-                    // input is not news: the transcript leaves it out.
-                    let clean = self.ending && status.is_some_and(|s| s.success());
-                    if !clean {
-                        let what = format!(
-                            "stdout closed; the agent {}",
-                            process::describe_status(status)
-                        );
-                        self.log(Direction::Event, what.as_bytes());
-                    }
-                    return done(self);
-                }
-            }
-        }
-    }
-
-    async fn handle_line(&mut self, line: &[u8], until: Instant) {
-        self.log(Direction::Received, line);
-        match self.monitor.received(line) {
-            Incoming::Request { id, method, params } => {
-                if self.config.withhold.contains(&method) {
-                    self.held.push((id, method, params));
-                    return;
-                }
-                let within = until
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_secs(1));
-                let answer = self.editor.answer(&method, &params, within).await;
-                self.send(&answer.to_message(&id)).await;
-            }
-            Incoming::Response { key, outcome, .. } => {
-                self.answers.insert(key, outcome);
-            }
-            Incoming::Notification { .. } | Incoming::Unusable => {}
-        }
-    }
-
-    /// Waits for the answer to request `key`; a missing answer is a finding.
+    /// Waits for the answer to request `key`; a missing one is a finding.
     async fn answer(
         &mut self,
         key: &str,
-        method: &str,
+        what: &str,
         within: Duration,
     ) -> Option<Result<Value, Value>> {
-        let until = Instant::now() + within;
-        let k = key.to_owned();
-        self.pump(until, &|r| r.answers.contains_key(&k)).await;
-        if let Some(a) = self.answers.remove(key) {
-            return Some(a);
-        }
-        let why = if self.closed {
-            let status = self.stream.process.exit_status();
-            format!(
-                "the agent closed its stdout (it {})",
-                process::describe_status(status)
-            )
-        } else {
-            format!("nothing within {:.0}s", within.as_secs_f64())
-        };
-        self.ev
-            .fail(
-                Kind::Missing,
-                format!("expected an answer to {method}, got {why}"),
-            )
-            .seen(format!("an answer to {method}"), why);
-        self.stalled = true;
-        None
+        self.s.answer(&mut self.role, key, what, within).await
     }
 
     async fn setup(&mut self) {
@@ -517,65 +372,33 @@ impl CaseRun<'_> {
             return;
         }
         let params = initialize_params(self.config.client.capabilities());
-        let Some(key) = self.request("initialize", params).await else {
+        let Some(key) = self.s.request("initialize", params).await else {
             return;
         };
         let startup = self.ctx.startup;
         match self.answer(&key, "initialize", startup).await {
-            Some(Ok(result)) => self.vars.set("initialize", result),
+            Some(Ok(result)) => self.s.vars.set("initialize", result),
             Some(Err(e)) => {
-                self.ev
+                self.s
+                    .ev
                     .fail(Kind::WrongKind, format!("setup: initialize failed: {e}"));
             }
             None => {}
         }
-        if self.config.setup != Setup::Session || !self.ev.findings.is_empty() {
+        if self.config.setup != Setup::Session || !self.s.ev.findings.is_empty() {
             return;
         }
         let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
-        let Some(key) = self.request("session/new", params).await else {
+        let Some(key) = self.s.request("session/new", params).await else {
             return;
         };
         match self.answer(&key, "session/new", REQUEST_DEADLINE).await {
-            Some(Ok(result)) => {
-                self.vars.set(
-                    "session",
-                    result.get("sessionId").cloned().unwrap_or(Value::Null),
-                );
-                // A mode to switch to: another than the current one, if any.
-                let current = result.pointer("/modes/currentModeId").cloned();
-                let modes = result
-                    .pointer("/modes/availableModes")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let other = modes
-                    .iter()
-                    .filter_map(|m| m.get("id"))
-                    .find(|id| Some(*id) != current.as_ref())
-                    .or(current.as_ref())
-                    .cloned();
-                if let Some(m) = other {
-                    self.vars.set("modeId", m);
-                }
-                if let Some(o) = result
-                    .get("configOptions")
-                    .and_then(Value::as_array)
-                    .and_then(|o| o.first())
-                {
-                    self.vars
-                        .set("configId", o.get("id").cloned().unwrap_or(Value::Null));
-                    self.vars.set(
-                        "configValue",
-                        o.get("currentValue").cloned().unwrap_or(Value::Null),
-                    );
-                }
-                self.vars.set("new", result);
-            }
+            Some(Ok(result)) => self.set_session(result),
             Some(Err(e)) => match outside_protocol("session/new", &e) {
-                Some(why) => self.ev.skip(why, SkipKind::Outside),
+                Some(why) => self.s.ev.skip(why, SkipKind::Outside),
                 None => {
-                    self.ev
+                    self.s
+                        .ev
                         .fail(Kind::WrongKind, format!("setup: session/new failed: {e}"));
                 }
             },
@@ -583,263 +406,233 @@ impl CaseRun<'_> {
         }
     }
 
-    fn deadline(step: &Step, default: Duration) -> Duration {
-        step.deadline
-            .map(Duration::from_secs_f64)
-            .unwrap_or(default)
-    }
-
-    fn expand(&mut self, v: &Value) -> Option<Value> {
-        match matcher::expand(v, &self.vars) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.ev.error(e.to_string());
-                None
-            }
+    /// The variables a `session/new` result gives the steps.
+    fn set_session(&mut self, result: Value) {
+        self.s.vars.set(
+            "session",
+            result.get("sessionId").cloned().unwrap_or(Value::Null),
+        );
+        // A mode to switch to: another than the current one, if any.
+        let current = result.pointer("/modes/currentModeId").cloned();
+        let modes = result
+            .pointer("/modes/availableModes")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let other = modes
+            .iter()
+            .filter_map(|m| m.get("id"))
+            .find(|id| Some(*id) != current.as_ref())
+            .or(current.as_ref())
+            .cloned();
+        if let Some(m) = other {
+            self.s.vars.set("modeId", m);
         }
+        if let Some(o) = result
+            .get("configOptions")
+            .and_then(Value::as_array)
+            .and_then(|o| o.first())
+        {
+            self.s
+                .vars
+                .set("configId", o.get("id").cloned().unwrap_or(Value::Null));
+            self.s.vars.set(
+                "configValue",
+                o.get("currentValue").cloned().unwrap_or(Value::Null),
+            );
+        }
+        self.s.vars.set("new", result);
     }
 
     async fn step(&mut self, index: usize, step: &Step) {
-        let requests_before = self.monitor.agent_requests.len();
-        let updates_before = self.monitor.updates.len();
-        let raw = match (&step.raw, &step.raw_hex) {
-            (Some(raw), _) => match self.expand(&json!(raw)) {
-                Some(Value::String(text)) => Some(text.into_bytes()),
-                _ => return,
-            },
-            (None, Some(hex)) => Some(crate::case::hex_bytes(hex).unwrap_or_default()),
-            (None, None) => None,
-        };
-        if let Some(bytes) = raw {
-            // Each line may be answered with a null id.
-            for _ in bytes
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.is_empty())
-                .take(64)
-            {
-                self.monitor.sent_malformed();
-            }
-            // Requests among the bytes that conform can read are expected
-            // to be answered like any other, with their own ids.
-            for line in bytes.split(|b| *b == b'\n').take(64) {
-                if line.len() <= table::LINE_LIMIT
-                    && let Some(v @ Value::Object(_)) = crate::jsonrpc::read_message(line)
-                {
-                    if v.get("id").is_some_and(Value::is_null) {
-                        self.monitor.sent_null_id_request();
-                    } else if v.get("method").is_some_and(Value::is_string) {
-                        self.monitor.sent(&v);
-                    } else if let Some(id) = v.get("id") {
-                        self.monitor.sent_invalid_with_id(id);
-                    }
+        let requests_before = self.s.watch.agent_requests.len();
+        let updates_before = self.s.watch.updates.len();
+        let before = (requests_before, updates_before);
+        match &step.action {
+            Action::Write(bytes) => {
+                let bytes = match bytes {
+                    Bytes::Text(raw) => match self.s.expand(&json!(raw)) {
+                        Some(Value::String(text)) => text.into_bytes(),
+                        _ => return,
+                    },
+                    other => other.generated().unwrap_or_default(),
+                };
+                if let Some(name) = &step.name {
+                    // An answer to bytes that are no request has a null id.
+                    self.s.named.insert(
+                        name.clone(),
+                        (super::monitor::id_key(&Value::Null), format!("`{name}`")),
+                    );
                 }
+                self.s.write_raw(&bytes, &step.pauses).await;
             }
-            if let Some(name) = &step.name {
-                // An answer to bytes that are no request has a null id.
-                self.named
-                    .insert(name.clone(), monitor::id_key(&Value::Null));
-            }
-            if step.pauses.is_empty() {
-                self.write(bytes).await;
-            } else {
-                self.log(Direction::Sent, &bytes);
-                for (piece, ms) in crate::case::paced(bytes.len(), &step.pauses) {
-                    if let Err(e) = self.stream.send(&bytes[piece], REQUEST_DEADLINE).await {
-                        self.log(Direction::Event, e.as_bytes());
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
+            Action::Send(send) => {
+                let Some(params) = self.s.expand(&send.params) else {
+                    return;
+                };
+                if send.notification {
+                    self.s
+                        .send(&json!({"jsonrpc": "2.0", "method": send.method, "params": params}))
+                        .await;
+                    return;
                 }
-            }
-            return;
-        }
-        if let Some(send) = &step.send {
-            let Some(params) = self.expand(&send.params) else {
-                return;
-            };
-            if send.notification {
-                self.send(&json!({"jsonrpc": "2.0", "method": send.method, "params": params}))
-                    .await;
-                return;
-            }
-            let id = match &send.id {
-                Some(id) => match self.expand(id) {
-                    Some(v) => v,
-                    None => return,
-                },
-                None => self.next_id(),
-            };
-            let message =
-                json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
-            let Some(key) = self.send(&message).await else {
-                return;
-            };
-            // A first initialize may take as long as the agent's start-up.
-            let default = if send.method == "initialize" {
-                self.ctx.startup.max(REQUEST_DEADLINE)
-            } else {
-                REQUEST_DEADLINE
-            };
-            self.after_request(
-                step,
-                key,
-                &send.method,
-                default,
-                requests_before,
-                updates_before,
-            )
-            .await;
-            return;
-        }
-        if let Some(prompt) = &step.prompt {
-            let session = prompt
-                .session
-                .clone()
-                .unwrap_or_else(|| "${session}".into());
-            let blocks = match (&prompt.text, &prompt.blocks) {
-                (Some(t), _) => json!([{"type": "text", "text": t}]),
-                (_, Some(b)) => b.clone(),
-                _ => json!([]),
-            };
-            let Some(params) = self.expand(&json!({"sessionId": session, "prompt": blocks})) else {
-                return;
-            };
-            let Some(key) = self.request("session/prompt", params).await else {
-                return;
-            };
-            self.after_request(
-                step,
-                key,
-                "session/prompt",
-                PROMPT_DEADLINE,
-                requests_before,
-                updates_before,
-            )
-            .await;
-            return;
-        }
-        if let Some(name) = &step.await_name {
-            let Some(key) = self.named.get(name).cloned() else {
-                self.ev
-                    .error(format!("step {index}: no request named `{name}` to await"));
-                return;
-            };
-            let method = format!("`{name}`");
-            let within = Self::deadline(step, PROMPT_DEADLINE);
-            let answer = self.answer(&key, &method, within).await;
-            if let Some(a) = answer {
-                self.judge(
-                    step.expect.as_ref(),
-                    &method,
-                    &a,
-                    requests_before,
-                    updates_before,
-                );
-            }
-            return;
-        }
-        if let Some(method) = &step.wait_for {
-            let within = Self::deadline(step, WAIT_FOR_DEADLINE);
-            let m = method.clone();
-            // Done when the agent asks, or when no turn is left to ask in.
-            let seen = self
-                .pump(Instant::now() + within, &|r| {
-                    r.monitor.agent_requests.iter().any(|q| q.method == m)
-                        || !r.monitor.any_turn_running()
-                })
-                .await;
-            let asked = self
-                .monitor
-                .agent_requests
-                .iter()
-                .any(|q| q.method == *method);
-            if (!seen || !asked) && self.ev.findings.is_empty() {
-                let why = self.why_no_turn().unwrap_or_else(|| {
-                    format!(
-                        "the agent did not call {method} in the turn (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
-                    )
-                });
-                self.ev.skip(why, SkipKind::Outside);
-            }
-            return;
-        }
-        if let Some(session) = &step.cancel {
-            let Some(session) = self.expand(&json!(session)) else {
-                return;
-            };
-            if !self
-                .monitor
-                .turn_running(session.as_str().unwrap_or_default())
-            {
-                let why = self.why_no_turn().unwrap_or_else(|| {
-                    "the turn had already ended when conform was to cancel it (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)".into()
-                });
-                self.ev.skip(why, SkipKind::Outside);
-                return;
-            }
-            self.send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
-                .await;
-            // "The Client MUST respond to all pending session/request_permission
-            // requests with the cancelled outcome."
-            let held = std::mem::take(&mut self.held);
-            for (id, method, params) in held {
-                if method == "session/request_permission" {
-                    let a = self.editor.permission(&params, Permission::Cancelled);
-                    self.send(&a.to_message(&id)).await;
+                let id = match &send.id {
+                    Some(id) => match self.s.expand(id) {
+                        Some(v) => v,
+                        None => return,
+                    },
+                    None => self.s.next_id(),
+                };
+                let message =
+                    json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
+                let Some(key) = self.s.send(&message).await else {
+                    return;
+                };
+                // A first initialize may take as long as the agent's start-up.
+                let default = if send.method == "initialize" {
+                    self.ctx.startup.max(REQUEST_DEADLINE)
                 } else {
-                    self.held.push((id, method, params));
+                    REQUEST_DEADLINE
+                };
+                self.after_request(step, key, &send.method, default, before)
+                    .await;
+            }
+            Action::Own(Own::Prompt(prompt)) => self.prompt(step, prompt, before).await,
+            Action::Await(name) => {
+                let Some((key, _)) = self.s.named.get(name).cloned() else {
+                    self.s
+                        .ev
+                        .error(format!("step {index}: no request named `{name}` to await"));
+                    return;
+                };
+                let what = format!("`{name}`");
+                let within = step.deadline_or(PROMPT_DEADLINE);
+                if let Some(a) = self.answer(&key, &what, within).await {
+                    self.judge(step.expect.as_ref(), &what, &a, before);
                 }
             }
-            return;
-        }
-        if step.release {
-            let held = std::mem::take(&mut self.held);
-            for (id, method, params) in held {
-                let a = self.editor.answer(&method, &params, REQUEST_DEADLINE).await;
-                self.send(&a.to_message(&id)).await;
+            Action::WaitFor(method) => {
+                let within = step.deadline_or(WAIT_FOR_DEADLINE);
+                let m = method.clone();
+                // Done when the agent asks, or when no turn is left to ask in.
+                let seen = self
+                    .s
+                    .pump(&mut self.role, Instant::now() + within, &|s| {
+                        s.watch.agent_requests.iter().any(|q| q.method == m)
+                            || !s.watch.any_turn_running()
+                    })
+                    .await;
+                let asked = self
+                    .s
+                    .watch
+                    .agent_requests
+                    .iter()
+                    .any(|q| q.method == *method);
+                if (!seen || !asked) && self.s.ev.findings.is_empty() {
+                    let why = self.why_no_turn().unwrap_or_else(|| {
+                        format!(
+                            "the agent did not call {method} in the turn (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
+                        )
+                    });
+                    self.s.ev.skip(why, SkipKind::Outside);
+                }
             }
-            return;
-        }
-        if let Some(secs) = step.quiet {
-            self.pump(Instant::now() + Duration::from_secs_f64(secs), &|_| false)
-                .await;
-            return;
-        }
-        if step.probe {
-            let Some(key) = self.request("_conform/probe", json!({})).await else {
-                return;
-            };
-            let within = Self::deadline(step, REQUEST_DEADLINE);
-            if self
-                .answer(&key, "a probe request (_conform/probe)", within)
-                .await
-                .is_some()
-            {
-                self.ev.observe("the agent still answers requests");
+            Action::Own(Own::Cancel(session)) => self.cancel(session).await,
+            Action::Own(Own::Release) => {
+                let held = std::mem::take(&mut self.role.held);
+                for (id, method, params) in held {
+                    let a = self
+                        .role
+                        .editor
+                        .answer(&method, &params, REQUEST_DEADLINE)
+                        .await;
+                    self.s.send(&a.to_message(&id)).await;
+                }
             }
+            Action::Quiet(secs) => {
+                self.s
+                    .quiet(&mut self.role, Duration::from_secs_f64(*secs))
+                    .await;
+            }
+            Action::Probe => {
+                let Some(key) = self.s.request("_conform/probe", json!({})).await else {
+                    return;
+                };
+                let within = step.deadline_or(REQUEST_DEADLINE);
+                if self
+                    .answer(&key, "a probe request (_conform/probe)", within)
+                    .await
+                    .is_some()
+                {
+                    self.s.ev.observe("the agent still answers requests");
+                }
+            }
+            Action::CloseStdin => {
+                let within = step.deadline_or(Duration::from_secs(5));
+                let exit = step.expect.as_ref().and_then(|e| e.exit);
+                self.s.close_stdin(&mut self.role, within, exit).await;
+            }
+            Action::ExitsWithin(secs) => {
+                self.s
+                    .exits_within(&mut self.role, Duration::from_secs_f64(*secs))
+                    .await;
+            }
+        }
+    }
+
+    /// `session/prompt` on the session the step names (`${session}` by default).
+    async fn prompt(&mut self, step: &Step, prompt: &Prompt, before: (usize, usize)) {
+        let session = prompt
+            .session
+            .clone()
+            .unwrap_or_else(|| "${session}".into());
+        let blocks = match (&prompt.text, &prompt.blocks) {
+            (Some(t), _) => json!([{"type": "text", "text": t}]),
+            (_, Some(b)) => b.clone(),
+            _ => json!([]),
+        };
+        let Some(params) = self
+            .s
+            .expand(&json!({"sessionId": session, "prompt": blocks}))
+        else {
+            return;
+        };
+        let Some(key) = self.s.request("session/prompt", params).await else {
+            return;
+        };
+        self.after_request(step, key, "session/prompt", PROMPT_DEADLINE, before)
+            .await;
+    }
+
+    /// `session/cancel` for `session` while its turn runs, then the
+    /// cancelled outcome for every permission request held back.
+    async fn cancel(&mut self, session: &str) {
+        let Some(session) = self.s.expand(&json!(session)) else {
+            return;
+        };
+        if !self
+            .s
+            .watch
+            .turn_running(session.as_str().unwrap_or_default())
+        {
+            let why = self.why_no_turn().unwrap_or_else(|| {
+                "the turn had already ended when conform was to cancel it (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)".into()
+            });
+            self.s.ev.skip(why, SkipKind::Outside);
             return;
         }
-        if step.close_stdin {
-            self.stream.close_stdin();
-            self.log(Direction::Event, b"conform closed the agent's stdin");
-            let within = Self::deadline(step, Duration::from_secs(5));
-            // Keep reading so a blocked writer can finish.
-            self.pump(Instant::now() + within, &|r| r.closed).await;
-            let status = self.stream.process.wait_for_exit(within).await;
-            let exited = status.is_some();
-            let want = step.expect.as_ref().and_then(|e| e.exit);
-            self.ev.observe(format!(
-                "after its stdin closed the agent {}",
-                process::describe_status(status)
-            ));
-            if want == Some(true) && !exited {
-                self.ev.fail(
-                    Kind::Process,
-                    format!(
-                        "the agent was still running {:.0}s after its stdin closed",
-                        within.as_secs_f64()
-                    ),
-                );
+        self.s
+            .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
+            .await;
+        // "The Client MUST respond to all pending session/request_permission
+        // requests with the cancelled outcome."
+        let held = std::mem::take(&mut self.role.held);
+        for (id, method, params) in held {
+            if method == "session/request_permission" {
+                let a = self.role.editor.permission(&params, Permission::Cancelled);
+                self.s.send(&a.to_message(&id)).await;
+            } else {
+                self.role.held.push((id, method, params));
             }
         }
     }
@@ -850,27 +643,22 @@ impl CaseRun<'_> {
         key: String,
         method: &str,
         default: Duration,
-        requests_before: usize,
-        updates_before: usize,
+        before: (usize, usize),
     ) {
         if let Some(name) = &step.name {
-            self.named.insert(name.clone(), key.clone());
+            self.s
+                .named
+                .insert(name.clone(), (key.clone(), method.to_owned()));
         }
         if !step.wait {
             return;
         }
-        let within = Self::deadline(step, default);
+        let within = step.deadline_or(default);
         if let Some(a) = self.answer(&key, method, within).await {
             if let (Some(name), Ok(v)) = (&step.name, &a) {
-                self.vars.set(name.clone(), v.clone());
+                self.s.vars.set(name.clone(), v.clone());
             }
-            self.judge(
-                step.expect.as_ref(),
-                method,
-                &a,
-                requests_before,
-                updates_before,
-            );
+            self.judge(step.expect.as_ref(), method, &a, before);
         }
     }
 
@@ -880,34 +668,30 @@ impl CaseRun<'_> {
         expect: Option<&Expect>,
         method: &str,
         answer: &Result<Value, Value>,
-        requests_before: usize,
-        updates_before: usize,
+        (requests_before, updates_before): (usize, usize),
     ) {
         let Some(expect) = expect else {
-            self.ev.observe(format!(
-                "{method}: {}",
-                crate::jsonrpc::describe_answer(answer)
-            ));
+            self.s.conclude(method, answer, vec![]);
             return;
         };
         let rule = expect.rule();
         // A prompt or session that failed for want of credentials or a model
         // says nothing about the protocol.
         if let Err(e) = answer
-            && rule == AnswerRule::Result
+            && rule == ReplyRule::Result
             && let Some(why) = outside_protocol(method, e)
         {
-            self.ev.skip(why, SkipKind::Outside);
+            self.s.ev.skip(why, SkipKind::Outside);
             return;
         }
-        let requested: Vec<String> = self.monitor.agent_requests[requests_before..]
+        let requested: Vec<String> = self.s.watch.agent_requests[requests_before..]
             .iter()
             .map(|r| r.method.clone())
             .collect();
         if let Some(m) = &expect.skip_unless
             && !requested.contains(m)
         {
-            self.ev.skip(
+            self.s.ev.skip(
                 format!(
                     "the agent did not call {m} during {method} (it does not follow conform's prompt script, corpus/acp/SCRIPT.md)"
                 ),
@@ -915,16 +699,16 @@ impl CaseRun<'_> {
             );
             return;
         }
-        let updates: Vec<Value> = self.monitor.updates[updates_before..]
+        let updates: Vec<Value> = self.s.watch.updates[updates_before..]
             .iter()
             .map(|(_, u, _)| u.clone())
             .collect();
         if let Some(pattern) = &expect.skip_unless_update {
-            let Some(p) = self.expand(pattern) else {
+            let Some(p) = self.s.expand(pattern) else {
                 return;
             };
             if !updates.iter().any(|u| self.matches(&p, u)) {
-                self.ev.skip(
+                self.s.ev.skip(
                     format!(
                         "no update during {method} matched {} (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)",
                         matcher::brief(&p)
@@ -934,26 +718,11 @@ impl CaseRun<'_> {
                 return;
             }
         }
-        let want = match rule {
-            AnswerRule::Result => Reply::Result,
-            AnswerRule::Error => Reply::Error,
-            AnswerRule::Any => Reply::Any,
-            AnswerRule::Optional => Reply::Optional,
+        let Some(mut found) = self.s.judge(answer, rule, &expect.result, &expect.error) else {
+            return;
         };
-        let pattern = match answer {
-            Ok(_) => &expect.result,
-            Err(_) => &expect.error,
-        };
-        let pattern = match pattern {
-            Some(p) => match self.expand(p) {
-                Some(p) => Some(p),
-                None => return,
-            },
-            None => None,
-        };
-        let mut found = crate::drive::judge_answer(answer, want, pattern.as_ref(), &mut self.vars);
         for pattern in &expect.updates {
-            let Some(p) = self.expand(pattern) else {
+            let Some(p) = self.s.expand(pattern) else {
                 return;
             };
             if !updates.iter().any(|u| self.matches(&p, u)) {
@@ -1004,22 +773,14 @@ impl CaseRun<'_> {
                     .map(|e| Finding::new(None, Kind::Rule, e)),
             );
         }
-        if found.is_empty() {
-            self.ev.observe(format!(
-                "{method}: {}",
-                crate::jsonrpc::describe_answer(answer)
-            ));
-        }
-        for mut f in found {
-            f.message = format!("{method}: {}", f.message);
-            self.ev.push(f);
-        }
+        self.s.conclude(method, answer, found);
     }
 
     /// Why a turn the case waits on is over already, when it ended with an
     /// error outside the protocol (authentication, the model).
     fn why_no_turn(&self) -> Option<String> {
-        self.answers
+        self.s
+            .answers
             .values()
             .filter_map(|a| a.as_ref().err())
             .find_map(|e| outside_protocol("session/prompt", e))
@@ -1031,7 +792,7 @@ impl CaseRun<'_> {
             pattern,
             Some(value),
             "",
-            &mut self.vars.clone(),
+            &mut self.s.vars.clone(),
             &mut scratch,
         );
         scratch.is_empty()
@@ -1044,7 +805,7 @@ impl CaseRun<'_> {
         updates: &[Value],
     ) -> Vec<String> {
         let result = answer.as_ref().ok();
-        let session = self.vars.get("session").cloned().unwrap_or(Value::Null);
+        let session = self.s.vars.get("session").cloned().unwrap_or(Value::Null);
         let listed = |r: Option<&Value>| -> Vec<Value> {
             r.and_then(|r| r.get("sessions"))
                 .and_then(Value::as_array)
@@ -1053,7 +814,7 @@ impl CaseRun<'_> {
         };
         match check {
             NamedCheck::SessionIdsUnique => {
-                let ids = &self.monitor.new_session_ids;
+                let ids = &self.s.watch.new_session_ids;
                 let mut seen = std::collections::BTreeSet::new();
                 ids.iter()
                     .filter(|id| !seen.insert(id.as_str()))
@@ -1094,10 +855,11 @@ impl CaseRun<'_> {
                 }
             }
             NamedCheck::TerminalsReleased => self
+                .role
                 .editor
                 .created
                 .iter()
-                .filter(|t| !self.editor.released.contains(t))
+                .filter(|t| !self.role.editor.released.contains(t))
                 .map(|t| format!("terminal {t} was never released with terminal/release"))
                 .collect(),
             NamedCheck::FileWritten => {
@@ -1122,6 +884,7 @@ impl CaseRun<'_> {
                 })
                 .collect(),
             NamedCheck::NoBooleanConfig => self
+                .s
                 .vars
                 .get("new")
                 .and_then(|n| n.get("configOptions"))
@@ -1138,6 +901,7 @@ impl CaseRun<'_> {
                 .collect(),
             NamedCheck::AllConfigOptions => {
                 let offered = self
+                    .s
                     .vars
                     .get("new")
                     .and_then(|n| n.get("configOptions"))
@@ -1171,42 +935,6 @@ impl CaseRun<'_> {
                 .map(|_| format!("session/list still lists the deleted session {session}"))
                 .collect(),
         }
-    }
-
-    /// Ends the agent: stdin closed, a moment to exit, then the group ended.
-    async fn finish(&mut self) {
-        // An agent that ended before conform ended it: its stderr says why.
-        self.ended_early = self.closed || self.stream.process.exit_status().is_some();
-        self.stream.close_stdin();
-        self.ending = true;
-        // Whatever the agent writes until it closes its stdout still counts;
-        // reading to that close, rather than for a fixed while, costs an
-        // agent that exits on end of input nothing.
-        if !self.closed {
-            self.pump(Instant::now() + EXIT_GRACE, &|_| false).await;
-        }
-        let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
-        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
-    }
-
-    /// The case's evidence: what the steps found, every rule the monitor
-    /// saw broken, and what the message needs besides.
-    fn evidence(&mut self) -> Evidence {
-        let mut ev = std::mem::take(&mut self.ev);
-        for v in &self.monitor.violations {
-            ev.broke(&v.requirement, v.kind, v.message.clone());
-        }
-        ev.appendix.extend(self.monitor.kept.note());
-        if self.ended_early {
-            let stderr = self.stream.process.stderr_tail();
-            if !stderr.trim().is_empty() {
-                ev.appendix.push(format!(
-                    "the agent's stderr:\n{}",
-                    truncate(stderr.trim_end(), 2000)
-                ));
-            }
-        }
-        ev
     }
 }
 

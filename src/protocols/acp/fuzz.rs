@@ -67,7 +67,9 @@ fn golden() -> Result<Vec<Value>, RunError> {
     };
     for case in &cases {
         for step in &case.steps {
-            let Some(send) = &step.send else { continue };
+            let crate::step::Action::Send(send) = &step.action else {
+                continue;
+            };
             let text = send.params.to_string();
             if text.replace("${workspace}", "").contains("${") {
                 continue;

@@ -60,13 +60,6 @@ impl Dialect for AgentCases {
     type Config = steps::Config;
     const PROTOCOL: Protocol = Protocol::Acp;
     const DIR: &'static str = "acp/cases";
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        for (i, s) in case.steps.iter().enumerate() {
-            s.validate().map_err(|m| format!("step {i}: {m}"))?;
-        }
-        Ok(())
-    }
 }
 
 impl suite::Run for AgentCases {

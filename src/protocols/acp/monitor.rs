@@ -8,7 +8,8 @@
 
 use super::schema::{self, Side};
 use super::table;
-use crate::evidence::Kind;
+use crate::drive::stdio::{self, Watch};
+use crate::evidence::{Finding, Kind};
 use crate::keep::Keep;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -627,6 +628,74 @@ impl Monitor {
     /// The client capabilities conform advertised.
     pub fn client_capabilities(&self) -> &Value {
         &self.client_capabilities
+    }
+}
+
+/// The editor's watch in the shared stdio session.
+impl Watch for Monitor {
+    fn sent(&mut self, message: &Value) -> Option<String> {
+        Monitor::sent(self, message)
+    }
+
+    /// Raw bytes: each line may be answered with a null id, and the
+    /// requests among them conform can read are expected to be answered
+    /// like any other, with their own ids.
+    fn sent_raw(&mut self, bytes: &[u8]) {
+        for _ in bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .take(64)
+        {
+            self.sent_malformed();
+        }
+        for line in bytes.split(|b| *b == b'\n').take(64) {
+            if line.len() <= table::LINE_LIMIT
+                && let Some(v @ Value::Object(_)) = crate::jsonrpc::read_message(line)
+            {
+                if v.get("id").is_some_and(Value::is_null) {
+                    self.sent_null_id_request();
+                } else if v.get("method").is_some_and(Value::is_string) {
+                    Monitor::sent(self, &v);
+                } else if let Some(id) = v.get("id") {
+                    self.sent_invalid_with_id(id);
+                }
+            }
+        }
+    }
+
+    fn received(&mut self, payload: &[u8]) -> stdio::Incoming {
+        match Monitor::received(self, payload) {
+            Incoming::Request { id, method, params } => {
+                stdio::Incoming::Request { id, method, params }
+            }
+            Incoming::Response { key, outcome, .. } => stdio::Incoming::Response { key, outcome },
+            Incoming::Notification { .. } | Incoming::Unusable => stdio::Incoming::Other,
+        }
+    }
+
+    /// "Messages are delimited by newlines (\n)": a last line without its
+    /// newline is not a whole message.
+    fn ended_inside(&mut self, partial: &[u8]) -> Option<Finding> {
+        Monitor::received(self, partial);
+        Some(Finding::new(
+            None,
+            Kind::Framing,
+            format!(
+                "the agent's last {} bytes on stdout had no newline",
+                partial.len()
+            ),
+        ))
+    }
+
+    fn findings(&self) -> Vec<Finding> {
+        self.violations
+            .iter()
+            .map(|v| Finding::new(Some(&v.requirement), v.kind, v.message.clone()))
+            .collect()
+    }
+
+    fn kept_note(&self) -> Option<String> {
+        self.kept.note()
     }
 }
 

@@ -10,16 +10,9 @@
 //! While any step waits, conform answers the agent's requests as the
 //! configured editor and checks every line the agent writes.
 
+use crate::step::{self, Action, Language, ReplyRule, key};
 use serde::Deserialize;
 use serde_json::Value;
-
-fn yes() -> bool {
-    true
-}
-
-fn empty_object() -> Value {
-    Value::Object(Default::default())
-}
 
 /// What an agent case needs the agent to offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,73 +144,93 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The ACP dialect of the step language.
+#[derive(Debug, Clone)]
+pub struct Lang;
+
+pub type Step = step::Step<Lang>;
+
+/// The dialect's own keys.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Step {
-    #[serde(default)]
-    pub send: Option<Send>,
-    #[serde(default)]
-    pub raw: Option<String>,
-    /// Raw bytes written as hex pairs (for bytes a JSON string cannot hold,
-    /// such as invalid UTF-8).
-    #[serde(default)]
-    pub raw_hex: Option<String>,
-    /// Write `raw` or `rawHex` in pieces, with these pauses.
-    #[serde(default)]
-    pub pauses: Vec<crate::case::Pause>,
+pub struct Extra {
     #[serde(default)]
     pub prompt: Option<Prompt>,
-    #[serde(default, rename = "await")]
-    pub await_name: Option<String>,
-    /// Wait until the agent has requested this method in the case; the case
-    /// is skipped when it does not (it may not follow conform's script).
-    #[serde(default)]
-    pub wait_for: Option<String>,
     /// Send `session/cancel` for this session (templates expanded).
     #[serde(default)]
     pub cancel: Option<String>,
     /// Answer every request held back by `withhold`.
     #[serde(default)]
     pub release: bool,
-    /// Keep reading (and answering) for this many seconds.
-    #[serde(default)]
-    pub quiet: Option<f64>,
-    /// The agent still answers a request.
-    #[serde(default)]
-    pub probe: bool,
-    /// Close the agent's stdin; `expect.exit` says whether it must exit.
-    #[serde(default)]
-    pub close_stdin: bool,
-    /// Names a request so a later step can `await` it, and keeps its result
-    /// as a variable of that name.
-    #[serde(default, rename = "as")]
-    pub name: Option<String>,
-    /// Wait for the answer now (true) or leave it to an `await` (false).
-    #[serde(default = "yes")]
-    pub wait: bool,
-    #[serde(default)]
-    pub expect: Option<Expect>,
-    /// Overrides the step's deadline, in seconds.
-    #[serde(default)]
-    pub deadline: Option<f64>,
 }
 
-/// A JSON-RPC request (or notification) conform writes as one line.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Send {
-    pub method: String,
-    #[serde(default = "empty_object")]
-    pub params: Value,
-    /// The request id; by default the next integer of the case.
-    #[serde(default)]
-    pub id: Option<Value>,
-    #[serde(default)]
-    pub notification: bool,
+/// The dialect's own actions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Own {
+    Prompt(Prompt),
+    Cancel(String),
+    Release,
+}
+
+impl Language for Lang {
+    type Extra = Extra;
+    type Own = Own;
+    type Expect = Expect;
+    const COMMON: &'static [&'static str] = &[
+        key::SEND,
+        key::RAW,
+        key::RAW_HEX,
+        key::AWAIT,
+        key::WAIT_FOR,
+        key::QUIET,
+        key::PROBE,
+        key::CLOSE_STDIN,
+        key::EXITS_WITHIN,
+    ];
+    const OWN: &'static [&'static str] = &["prompt", "cancel", "release"];
+    const MAX_DEADLINE: f64 = 600.0;
+
+    fn own(extra: &Extra) -> Result<Option<Own>, String> {
+        let mut own: Vec<Own> = Vec::new();
+        if let Some(p) = &extra.prompt {
+            if p.text.is_some() == p.blocks.is_some() {
+                return Err("a prompt has exactly one of `text` and `blocks`".into());
+            }
+            own.push(Own::Prompt(p.clone()));
+        }
+        own.extend(extra.cancel.clone().map(Own::Cancel));
+        if extra.release {
+            own.push(Own::Release);
+        }
+        match <[Own; 1]>::try_from(own) {
+            Ok([one]) => Ok(Some(one)),
+            Err(v) if v.is_empty() => Ok(None),
+            Err(_) => Err("a step is one of prompt, cancel and release".into()),
+        }
+    }
+
+    fn awaitable(action: &Action<Own>) -> bool {
+        matches!(action, Action::Send(s) if !s.notification)
+            || matches!(action, Action::Own(Own::Prompt(_)))
+    }
+
+    /// Raw bytes too: an answer to bytes that are no request has a null id.
+    fn nameable(action: &Action<Own>) -> bool {
+        Self::awaitable(action) || matches!(action, Action::Write(_))
+    }
+
+    fn check(step: &Step) -> Result<(), String> {
+        let expect = step.expect.as_ref();
+        step::check_stdio_expect(
+            &step.action,
+            expect.and_then(|e| e.exit),
+            expect.and_then(|e| e.reply),
+        )
+    }
 }
 
 /// `session/prompt` on a session with one text block (or the given blocks).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Prompt {
     #[serde(default)]
@@ -227,17 +240,6 @@ pub struct Prompt {
     /// The session id; `${session}` by default.
     #[serde(default)]
     pub session: Option<String>,
-}
-
-/// What kind of answer a step needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AnswerRule {
-    Result,
-    Error,
-    Any,
-    /// Only recorded.
-    Optional,
 }
 
 /// Checks written once in code and named from the data.
@@ -272,7 +274,7 @@ pub enum NamedCheck {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Expect {
     #[serde(default)]
-    pub reply: Option<AnswerRule>,
+    pub reply: Option<ReplyRule>,
     /// A pattern the result must match (see `matcher`).
     #[serde(default)]
     pub result: Option<Value>,
@@ -303,82 +305,7 @@ pub struct Expect {
 }
 
 impl Expect {
-    pub fn rule(&self) -> AnswerRule {
-        self.reply.unwrap_or(match (&self.result, &self.error) {
-            (Some(_), _) => AnswerRule::Result,
-            (None, Some(_)) => AnswerRule::Error,
-            (None, None) => AnswerRule::Any,
-        })
-    }
-}
-
-impl Step {
-    /// Checks a step is one action with modifiers that fit it; called at load.
-    pub fn validate(&self) -> Result<(), String> {
-        let actions = [
-            self.send.is_some(),
-            self.raw.is_some(),
-            self.raw_hex.is_some(),
-            self.prompt.is_some(),
-            self.await_name.is_some(),
-            self.wait_for.is_some(),
-            self.cancel.is_some(),
-            self.release,
-            self.quiet.is_some(),
-            self.probe,
-            self.close_stdin,
-        ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if actions != 1 {
-            return Err(format!(
-                "a step needs exactly one of send, raw, rawHex, prompt, await, waitFor, cancel, release, quiet, probe, closeStdin (found {actions})"
-            ));
-        }
-        let requests = self.prompt.is_some() || self.send.as_ref().is_some_and(|s| !s.notification);
-        crate::case::check_pauses(&self.pauses, self.raw.is_some() || self.raw_hex.is_some())?;
-        if !self.wait && self.name.is_none() {
-            return Err("a step with `wait: false` needs an `as` name to await".into());
-        }
-        if !self.wait && !requests {
-            return Err("`wait` goes with a request (send or prompt)".into());
-        }
-        if let Some(h) = &self.raw_hex
-            && crate::case::hex_bytes(h).is_none()
-        {
-            return Err("rawHex is pairs of hex digits, spaces allowed".into());
-        }
-        if self.name.is_some() && !requests && self.raw.is_none() && self.raw_hex.is_none() {
-            return Err("`as` goes with a request (send or prompt) or raw bytes".into());
-        }
-        if let Some(p) = &self.prompt
-            && p.text.is_some() == p.blocks.is_some()
-        {
-            return Err("a prompt has exactly one of `text` and `blocks`".into());
-        }
-        if let Some(s) = &self.send
-            && s.notification
-            && s.id.is_some()
-        {
-            return Err("a notification has no id".into());
-        }
-        if let Some(q) = self.quiet
-            && !(0.0..=60.0).contains(&q)
-        {
-            return Err("quiet is between 0 and 60 seconds".into());
-        }
-        if let Some(d) = self.deadline
-            && !(d > 0.0 && d <= 600.0)
-        {
-            return Err("deadline is between 0 and 600 seconds".into());
-        }
-        if let Some(e) = &self.expect
-            && e.exit.is_some()
-            && !self.close_stdin
-        {
-            return Err("`expect.exit` goes with closeStdin".into());
-        }
-        Ok(())
+    pub fn rule(&self) -> ReplyRule {
+        ReplyRule::of(self.reply, &self.result, &self.error)
     }
 }

@@ -1,21 +1,21 @@
-//! conform playing the core: one fresh host process per case, framed
-//! messages both ways, the core's strict reading of every frame the host
-//! writes (`Watch`, sans-IO), the core's answers to the host's requests, and
-//! the grading.
+//! conform playing the core: one fresh host process per case over the
+//! shared stdio session (`drive::stdio`) in CWX1 frames, the core's strict
+//! reading of every frame the host writes ([`HostWatch`], sans-IO), the
+//! core's answers to the host's requests, and the case's steps.
 
-use super::steps::{AnswerRule, Expect, NamedCheck, Need, Setup, Step};
+use super::steps::{Expect, NamedCheck, Need, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::Case;
+use crate::drive::stdio::{self, AnswerFuture, Answerer, Codec, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
-use crate::matcher::{self, Vars, truncate};
-use crate::outcome::{CaseResult, Direction, SkipKind, TranscriptEntry};
-use crate::step::ReplyRule as Reply;
-use crate::transport::process;
-use crate::transport::stdio::{LineStream, StreamEvent};
+use crate::matcher::{self, truncate};
+use crate::outcome::{CaseResult, SkipKind};
+use crate::step::{Action, Bytes, ReplyRule};
+use crate::transport::stdio::LineStream;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -79,13 +79,12 @@ fn owner() -> Value {
         "owner_token": "c0nf0rmc0nf0rmc0nf0rmc0nf0rm0001"})
 }
 
-/// The core's bookkeeping of one host connection, sans-IO.
+/// The core's reading of one host connection, sans-IO.
 #[derive(Default)]
-struct Watch {
+pub struct HostWatch {
     tier: Option<Tier>,
     /// Requests conform sent: id -> method.
     outstanding: BTreeMap<u64, String>,
-    answers: HashMap<u64, Result<Value, Value>>,
     /// Host messages by method, in order, kept within `kept`.
     notifications: Vec<(String, Value)>,
     /// The account of what `notifications` keeps: a host that floods them
@@ -99,7 +98,14 @@ struct Watch {
     odd_ids: Vec<Value>,
 }
 
-impl Watch {
+impl HostWatch {
+    pub fn new(tier: Tier) -> HostWatch {
+        HostWatch {
+            tier: Some(tier),
+            ..HostWatch::default()
+        }
+    }
+
     fn violate(&mut self, rule: &str, kind: Kind, message: String) {
         if !self
             .violations
@@ -108,6 +114,23 @@ impl Watch {
         {
             self.violations.push((rule.into(), kind, message));
         }
+    }
+
+    /// The params of the first notification of `method` the host sent.
+    fn saw(&self, method: &str) -> Option<&Value> {
+        self.notifications
+            .iter()
+            .find(|(m, _)| m == method)
+            .map(|(_, p)| p)
+    }
+}
+
+impl stdio::Watch for HostWatch {
+    fn sent(&mut self, message: &Value) -> Option<String> {
+        let method = message.get("method").and_then(Value::as_str)?;
+        let id = message.get("id").and_then(Value::as_u64)?;
+        self.outstanding.insert(id, method.to_owned());
+        Some(id.to_string())
     }
 
     /// Records the requests among raw bytes conform wrote, frame by frame as
@@ -145,8 +168,7 @@ impl Watch {
         }
     }
 
-    /// Reads one payload; returns a request of the host's to answer.
-    fn received(&mut self, payload: &[u8]) -> Option<(u64, String, Value)> {
+    fn received(&mut self, payload: &[u8]) -> stdio::Incoming {
         let value: Value = match crate::jsonrpc::parse_json(payload) {
             Ok(v) => v,
             Err(e) => {
@@ -156,7 +178,7 @@ impl Watch {
                     Kind::Framing,
                     format!("a frame's payload is not JSON: {e}"),
                 );
-                return None;
+                return stdio::Incoming::Other;
             }
         };
         // An answer to a request no core would send is neither the core's
@@ -165,7 +187,7 @@ impl Watch {
             && let Some(id) = value.get("id")
             && self.odd_ids.contains(id)
         {
-            return None;
+            return stdio::Incoming::Other;
         }
         let tier = self.tier.unwrap_or(Tier::Plugin);
         match validate::parse_host_message(value.clone(), tier) {
@@ -179,7 +201,7 @@ impl Watch {
                         truncate(&value.to_string(), 200)
                     ),
                 );
-                None
+                stdio::Incoming::Other
             }
             Ok(HostMessage::Response { id, outcome }) => {
                 let Some(method) = self.outstanding.remove(&id) else {
@@ -190,7 +212,7 @@ impl Watch {
                             "a response with id {id} answers no request the core has in flight"
                         ),
                     );
-                    return None;
+                    return stdio::Incoming::Other;
                 };
                 let outcome = outcome
                     .map_err(|e| json!({"code": e.code, "message": e.message, "data": e.data}));
@@ -199,35 +221,105 @@ impl Watch {
                 {
                     self.violate(rules::RESULT_SHAPE, Kind::Shape, format!("{method}: {why}"));
                 }
-                self.answers.insert(id, outcome);
-                None
+                stdio::Incoming::Response {
+                    key: id.to_string(),
+                    outcome,
+                }
             }
             Ok(HostMessage::Notification { method, params }) => {
                 if let Some(params) = self.kept.admit(params) {
                     self.notifications.push((method, params));
                 }
-                None
+                stdio::Incoming::Other
             }
-            Ok(HostMessage::Request { id, method, params }) => Some((id, method, params)),
+            Ok(HostMessage::Request { id, method, params }) => stdio::Incoming::Request {
+                id: json!(id),
+                method,
+                params,
+            },
         }
+    }
+
+    /// "bad magic or length ends the host instead of desynchronising it"
+    fn broke(&mut self, why: &str) -> bool {
+        self.violate(
+            rules::FRAME,
+            Kind::Framing,
+            format!("the host's output broke: {why}"),
+        );
+        true
+    }
+
+    fn ended_inside(&mut self, partial: &[u8]) -> Option<Finding> {
+        self.violate(
+            rules::FRAME,
+            Kind::Framing,
+            format!(
+                "stdout ended inside a frame ({} bytes of it)",
+                partial.len()
+            ),
+        );
+        None
+    }
+
+    /// Like the core, conform ends the exchange at the host's first protocol
+    /// error: nothing after it is read.
+    fn halted(&self) -> bool {
+        !self.violations.is_empty()
+    }
+
+    fn findings(&self) -> Vec<Finding> {
+        self.violations
+            .iter()
+            .map(|(rule, kind, message)| Finding::new(Some(rule), *kind, message.clone()))
+            .collect()
+    }
+
+    fn kept_note(&self) -> Option<String> {
+        self.kept.note()
+    }
+}
+
+/// The core's side of a case: the handles it gives the host's registrations.
+#[derive(Default)]
+struct CoreRole {
+    next_handle: u64,
+    /// Handles the core gave, by `kind:name`.
+    handles: BTreeMap<String, u64>,
+}
+
+impl Answerer for CoreRole {
+    fn answer<'a>(
+        &'a mut self,
+        id: &'a Value,
+        method: &'a str,
+        params: &'a Value,
+        _within: Duration,
+    ) -> AnswerFuture<'a> {
+        let answer = match method {
+            "registry/register" => {
+                self.next_handle += 1;
+                let name = params
+                    .pointer("/spec/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let kind = params.get("kind").and_then(Value::as_str).unwrap_or("");
+                self.handles
+                    .insert(format!("{kind}:{name}"), self.next_handle);
+                json!({"jsonrpc": "2.0", "id": id, "result": {"handle": self.next_handle}})
+            }
+            "registry/unregister" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+            _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::REFUSED,
+                "message": format!("conform's core serves no {method}")}}),
+        };
+        Box::pin(async move { Some(answer) })
     }
 }
 
 struct CaseRun<'a> {
     ctx: &'a Context,
-    stream: LineStream,
-    started: Instant,
-    transcript: Vec<TranscriptEntry>,
-    watch: Watch,
-    vars: Vars,
-    next_id: u64,
-    next_handle: u64,
-    /// Handles the core gave, by registered name.
-    handles: BTreeMap<String, u64>,
-    named: HashMap<String, (u64, String)>,
-    ev: Evidence,
-    closed: bool,
-    stalled: bool,
+    s: Session<HostWatch>,
+    role: CoreRole,
 }
 
 impl Context {
@@ -235,7 +327,6 @@ impl Context {
         let started = Instant::now();
         let mut early = Evidence::default();
         let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
-        let config = &case.config;
         if case.needs.contains(&Need::Extension) && self.extension.is_none() {
             early.skip(
                 "no extension to activate: give one with --extension PATH#SHA256",
@@ -257,34 +348,29 @@ impl Context {
         };
         let mut run = CaseRun {
             ctx: self,
-            stream,
-            started,
-            transcript: vec![],
-            watch: Watch {
-                tier: Some(self.tier),
-                ..Watch::default()
-            },
-            vars: Vars::default(),
-            next_id: 0,
-            next_handle: 0,
-            handles: BTreeMap::new(),
-            named: HashMap::new(),
-            ev: Evidence::default(),
-            closed: false,
-            stalled: false,
+            s: Session::new(
+                stream,
+                Codec::Frames,
+                "host",
+                HostWatch::new(self.tier),
+                started,
+                1,
+            ),
+            role: CoreRole::default(),
         };
-        run.vars.set("tier", json!(self.tier.name()));
-        run.vars.set("owner", owner());
+        run.s.vars.set("tier", json!(self.tier.name()));
+        run.s.vars.set("owner", owner());
         if let Some(x) = &self.extension {
-            run.vars
+            run.s
+                .vars
                 .set("entry", json!({"path": x.path, "sha256": x.sha256}));
         }
-        run.setup(config.setup).await;
+        run.setup(case.config.setup).await;
         let setup_failed =
-            !run.ev.findings.is_empty() || run.stalled || !run.watch.violations.is_empty();
+            !run.s.ev.findings.is_empty() || run.s.stalled || !run.s.watch.violations.is_empty();
         for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
-            if !setup_failed && run.vars.get(&format!("{kind}_handle")).is_none() {
-                run.ev.skip(
+            if !setup_failed && run.s.vars.get(&format!("{kind}_handle")).is_none() {
+                run.s.ev.skip(
                     format!("the extension registered no {kind}"),
                     SkipKind::Outside,
                 );
@@ -292,194 +378,55 @@ impl Context {
         }
         for (i, step) in case.steps.iter().enumerate() {
             if setup_failed
-                || run.stalled
-                || run.ev.skip.is_some()
-                || run.ev.error.is_some()
-                || !run.watch.violations.is_empty()
+                || run.s.stalled
+                || run.s.ev.skip.is_some()
+                || run.s.ev.error.is_some()
+                || !run.s.watch.violations.is_empty()
             {
                 break;
             }
             run.step(i, step).await;
         }
-        let ended_early = run.finish().await;
-        let evidence = run.evidence(ended_early);
-        CaseResult::graded(case, evidence, self.strict, started, run.transcript)
+        let ended_early = run.s.finish(&mut run.role, EXIT_GRACE).await;
+        let evidence = run.s.evidence(ended_early);
+        CaseResult::graded(
+            case,
+            evidence,
+            self.strict,
+            started,
+            run.s.transcript.into_entries(),
+        )
     }
 }
 
 impl CaseRun<'_> {
-    fn log(&mut self, dir: Direction, data: &[u8]) {
-        if self.transcript.len() < crate::outcome::TRANSCRIPT_ENTRIES {
-            self.transcript.push(TranscriptEntry {
-                t_ms: self.started.elapsed().as_millis() as u64,
-                conn: "stdio".into(),
-                dir,
-                data: crate::outcome::transcript_text(data),
-            });
-        }
-    }
-
-    async fn write_message(&mut self, message: &Value) {
-        let payload = message.to_string().into_bytes();
-        self.log(Direction::Sent, &payload);
-        match crate::wire::frame::encode(&payload) {
-            Some(frame) => self.write_bytes(frame).await,
-            None => self.ev.error("a message conform built is over MAX_FRAME"),
-        }
-    }
-
-    async fn write_bytes(&mut self, bytes: Vec<u8>) {
-        if let Err(e) = self.stream.send(&bytes, REQUEST_DEADLINE).await {
-            self.log(Direction::Event, e.as_bytes());
-        }
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.watch.outstanding.insert(id, method.to_owned());
-        self.write_message(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-        )
-        .await;
-        id
-    }
-
-    async fn pump(&mut self, until: Instant, done: &(dyn Fn(&CaseRun<'_>) -> bool + Sync)) -> bool {
-        loop {
-            if done(self) {
-                return true;
-            }
-            // Like the core, conform ends the exchange at the host's first
-            // protocol error: nothing after it is read.
-            if self.closed || !self.watch.violations.is_empty() {
-                return false;
-            }
-            let Some((_, event)) = self.stream.next(until).await else {
-                return done(self);
-            };
-            match event {
-                StreamEvent::Line(payload) => {
-                    if let Some(why) = crate::jsonrpc::too_many_values(&payload) {
-                        self.log(
-                            Direction::Event,
-                            b"a message over conform's limit was dropped",
-                        );
-                        self.ev.error(format!("the host wrote {why}"));
-                        return false;
-                    }
-                    self.log(Direction::Received, &payload);
-                    if let Some((id, method, params)) = self.watch.received(&payload) {
-                        let answer = self.answer_host(&method, &params);
-                        self.write_message(&answer.with_id(id)).await;
-                    }
-                }
-                StreamEvent::Broken(why) => {
-                    // "bad magic or length ends the host instead of desynchronising it"
-                    self.watch.violate(
-                        rules::FRAME,
-                        Kind::Framing,
-                        format!("the host's output broke: {why}"),
-                    );
-                    self.log(Direction::Event, why.as_bytes());
-                }
-                StreamEvent::TooLong { .. } => {}
-                StreamEvent::Closed { partial } => {
-                    self.closed = true;
-                    if !partial.is_empty() {
-                        self.watch.violate(
-                            rules::FRAME,
-                            Kind::Framing,
-                            format!(
-                                "stdout ended inside a frame ({} bytes of it)",
-                                partial.len()
-                            ),
-                        );
-                    }
-                    let status = self
-                        .stream
-                        .process
-                        .wait_for_exit(Duration::from_millis(300))
-                        .await;
-                    let what = format!(
-                        "stdout closed; the host {}",
-                        process::describe_status(status)
-                    );
-                    self.log(Direction::Event, what.as_bytes());
-                    return done(self);
-                }
-            }
-        }
-    }
-
-    /// The core's answer to a request of the host's.
-    fn answer_host(&mut self, method: &str, params: &Value) -> Answer {
-        match method {
-            "registry/register" => {
-                self.next_handle += 1;
-                let name = params
-                    .pointer("/spec/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let kind = params.get("kind").and_then(Value::as_str).unwrap_or("");
-                self.handles
-                    .insert(format!("{kind}:{name}"), self.next_handle);
-                Answer::Result(json!({"handle": self.next_handle}))
-            }
-            "registry/unregister" => Answer::Result(json!({})),
-            _ => Answer::Error(code::REFUSED, format!("conform's core serves no {method}")),
-        }
-    }
-
+    /// Waits for the answer to request `key`; a missing one is a finding.
     async fn answer(
         &mut self,
-        id: u64,
-        method: &str,
+        key: &str,
+        what: &str,
         within: Duration,
     ) -> Option<Result<Value, Value>> {
-        self.pump(Instant::now() + within, &|r| {
-            r.watch.answers.contains_key(&id)
-        })
-        .await;
-        if let Some(a) = self.watch.answers.remove(&id) {
-            return Some(a);
-        }
-        let why = if !self.watch.violations.is_empty() {
-            "none: the exchange ended at the host's protocol error".to_owned()
-        } else if self.closed {
-            format!(
-                "the host closed its stdout (it {})",
-                process::describe_status(self.stream.process.exit_status())
-            )
-        } else {
-            format!("nothing within {:.0}s", within.as_secs_f64())
-        };
-        self.ev
-            .fail(
-                Kind::Missing,
-                format!("expected an answer to {method}, got {why}"),
-            )
-            .seen(format!("an answer to {method}"), why);
-        self.stalled = true;
-        None
+        self.s.answer(&mut self.role, key, what, within).await
     }
 
-    fn saw(&self, method: &str) -> Option<&Value> {
-        self.watch
-            .notifications
-            .iter()
-            .find(|(m, _)| m == method)
-            .map(|(_, p)| p)
+    /// Waits, within `within`, for the host to send a notification of `method`.
+    async fn saw(&mut self, method: &str, within: Duration) -> bool {
+        let m = method.to_owned();
+        self.s
+            .pump(&mut self.role, Instant::now() + within, &|s| {
+                s.watch.saw(&m).is_some()
+            })
+            .await
     }
 
     async fn setup(&mut self, setup: Setup) {
         if setup == Setup::None {
             return;
         }
-        let until = Instant::now() + self.ctx.startup;
-        if !self.pump(until, &|r| r.saw("host/hello").is_some()).await {
-            if self.watch.violations.is_empty() {
-                self.ev.fail(
+        if !self.saw("host/hello", self.ctx.startup).await {
+            if self.s.watch.violations.is_empty() {
+                self.s.ev.fail(
                     Kind::Missing,
                     format!(
                         "setup: no host/hello within {:.0}s",
@@ -487,29 +434,36 @@ impl CaseRun<'_> {
                     ),
                 );
             }
-            self.stalled = true;
+            self.s.stalled = true;
             return;
         }
-        let hello = self.saw("host/hello").cloned().unwrap_or(Value::Null);
-        self.vars.set("hello", hello);
+        let hello = self
+            .s
+            .watch
+            .saw("host/hello")
+            .cloned()
+            .unwrap_or(Value::Null);
+        self.s.vars.set("hello", hello);
         if setup == Setup::Hello {
             return;
         }
-        let id = self.request("host/initialize", initialize_params()).await;
+        let Some(key) = self.s.request("host/initialize", initialize_params()).await else {
+            return;
+        };
         if self
-            .answer(id, "host/initialize", HANDSHAKE_DEADLINE)
+            .answer(&key, "host/initialize", HANDSHAKE_DEADLINE)
             .await
             .is_none()
         {
             return;
         }
-        let until = Instant::now() + REQUEST_DEADLINE;
-        if !self.pump(until, &|r| r.saw("host/ready").is_some()).await {
-            if self.watch.violations.is_empty() {
-                self.ev
+        if !self.saw("host/ready", REQUEST_DEADLINE).await {
+            if self.s.watch.violations.is_empty() {
+                self.s
+                    .ev
                     .fail(Kind::Missing, "setup: no host/ready after host/initialize");
             }
-            self.stalled = true;
+            self.s.stalled = true;
             return;
         }
         if setup != Setup::Extension {
@@ -520,21 +474,23 @@ impl CaseRun<'_> {
         };
         let params = json!({"owner": owner(), "plugin_name": "conform-extension",
             "entry": {"path": x.path, "sha256": x.sha256}, "config": {}});
-        let id = self.request("ext/activate", params).await;
+        let Some(key) = self.s.request("ext/activate", params).await else {
+            return;
+        };
         match self
-            .answer(id, "ext/activate", Duration::from_secs(11))
+            .answer(&key, "ext/activate", Duration::from_secs(11))
             .await
         {
             Some(Ok(r)) if r["status"] == "ok" => {
                 // The first handle of each kind, for the cases.
-                for (key, handle) in self.handles.clone().into_iter().rev() {
+                for (key, handle) in self.role.handles.clone().into_iter().rev() {
                     let kind = key.split(':').next().unwrap_or("");
-                    self.vars.set(format!("{kind}_handle"), json!(handle));
+                    self.s.vars.set(format!("{kind}_handle"), json!(handle));
                 }
-                self.vars.set("activated", r);
+                self.s.vars.set("activated", r);
             }
             Some(other) => {
-                self.ev.fail(
+                self.s.ev.fail(
                     Kind::WrongKind,
                     format!(
                         "setup: the extension did not activate: {}",
@@ -546,184 +502,144 @@ impl CaseRun<'_> {
         }
     }
 
-    fn expand(&mut self, v: &Value) -> Option<Value> {
-        match matcher::expand(v, &self.vars) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.ev.error(e.to_string());
-                None
-            }
-        }
-    }
-
-    fn deadline(step: &Step, default: Duration) -> Duration {
-        step.deadline
-            .map(Duration::from_secs_f64)
-            .unwrap_or(default)
-    }
-
     async fn step(&mut self, index: usize, step: &Step) {
-        if let Some(hex) = &step.raw_hex {
-            let bytes = crate::case::hex_bytes(hex).unwrap_or_default();
-            self.watch.sent_raw(&bytes);
-            self.log(Direction::Sent, &bytes);
-            for (piece, ms) in crate::case::paced(bytes.len(), &step.pauses) {
-                if let Err(e) = self.stream.send(&bytes[piece], REQUEST_DEADLINE).await {
-                    self.log(Direction::Event, e.as_bytes());
-                    break;
-                }
-                if ms > 0 {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                }
+        match &step.action {
+            Action::Write(bytes) => {
+                let bytes = match bytes {
+                    Bytes::Text(raw) => match self.s.expand(&json!(raw)) {
+                        Some(Value::String(text)) => text.into_bytes(),
+                        _ => return,
+                    },
+                    other => other.generated().unwrap_or_default(),
+                };
+                self.s.write_raw(&bytes, &step.pauses).await;
             }
-            return;
-        }
-        if let Some(send) = &step.send {
-            let Some(params) = self.expand(&send.params) else {
-                return;
-            };
-            if send.notification {
-                // A call that already finished cannot be cancelled.
-                if send.method == "$/cancel"
-                    && let Some(target) = params.get("id").and_then(Value::as_u64)
-                    && self.watch.answers.contains_key(&target)
-                {
-                    self.ev.skip(
-                        format!("request {target} was answered before conform could cancel it"),
-                        SkipKind::Outside,
-                    );
+            Action::Send(send) => {
+                let Some(params) = self.s.expand(&send.params) else {
+                    return;
+                };
+                if send.notification {
+                    // A call that already finished cannot be cancelled.
+                    if send.method == "$/cancel"
+                        && let Some(target) = params.get("id").and_then(Value::as_u64)
+                        && self.s.answers.contains_key(&target.to_string())
+                    {
+                        self.s.ev.skip(
+                            format!("request {target} was answered before conform could cancel it"),
+                            SkipKind::Outside,
+                        );
+                        return;
+                    }
+                    self.s
+                        .send(&json!({"jsonrpc": "2.0", "method": send.method, "params": params}))
+                        .await;
                     return;
                 }
-                self.write_message(
-                    &json!({"jsonrpc": "2.0", "method": send.method, "params": params}),
-                )
-                .await;
-                return;
-            }
-            let id = self.request(&send.method, params).await;
-            if let Some(name) = &step.name {
-                self.named.insert(name.clone(), (id, send.method.clone()));
-                self.vars.set(format!("{name}_id"), json!(id));
-            }
-            if step.wait {
-                self.judge_answer(step, id, &send.method).await;
-            }
-            return;
-        }
-        if let Some(name) = &step.await_name {
-            let Some((id, method)) = self.named.get(name).cloned() else {
-                self.ev
-                    .error(format!("step {index}: no request named `{name}`"));
-                return;
-            };
-            self.judge_answer(step, id, &method).await;
-            return;
-        }
-        if let Some(method) = &step.wait_for {
-            let m = method.clone();
-            let within = Self::deadline(step, REQUEST_DEADLINE);
-            if !self
-                .pump(Instant::now() + within, &|r| r.saw(&m).is_some())
-                .await
-            {
-                self.ev.fail(
-                    Kind::Missing,
-                    format!(
-                        "the host sent no {method} within {:.0}s",
-                        within.as_secs_f64()
-                    ),
-                );
-                return;
-            }
-            // A pattern in `expect.result` is matched against its params.
-            let params = self.saw(method).cloned().unwrap_or(Value::Null);
-            if let Some(p) = step.expect.as_ref().and_then(|e| e.result.clone())
-                && let Some(p) = self.expand(&p)
-            {
-                let mut errors = Vec::new();
-                matcher::match_value(&p, Some(&params), "params", &mut self.vars, &mut errors);
-                for m in errors {
-                    let mut f = Finding::from(m);
-                    f.message = format!("{method}: {}", f.message);
-                    self.ev.push(f);
+                let id = self.s.next_id();
+                let message =
+                    json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
+                let Some(key) = self.s.send(&message).await else {
+                    return;
+                };
+                if let Some(name) = &step.name {
+                    self.s
+                        .named
+                        .insert(name.clone(), (key.clone(), send.method.clone()));
+                    self.s.vars.set(format!("{name}_id"), id);
+                }
+                if step.wait {
+                    self.judge_answer(step, &key, &send.method).await;
                 }
             }
-            return;
-        }
-        if let Some(secs) = step.quiet {
-            self.pump(Instant::now() + Duration::from_secs_f64(secs), &|_| false)
-                .await;
-            return;
-        }
-        if step.probe {
-            let id = self.request("host/ping", json!({})).await;
-            if self
-                .answer(id, "a probe (host/ping)", REQUEST_DEADLINE)
-                .await
-                .is_some()
-            {
-                self.ev.observe("the host still answers host/ping");
+            Action::Await(name) => {
+                let Some((key, method)) = self.s.named.get(name).cloned() else {
+                    self.s
+                        .ev
+                        .error(format!("step {index}: no request named `{name}`"));
+                    return;
+                };
+                self.judge_answer(step, &key, &method).await;
             }
-            return;
-        }
-        if let Some(secs) = step.exits_within {
-            let within = Duration::from_secs_f64(secs);
-            self.pump(Instant::now() + within, &|r| r.closed).await;
-            let status = self.stream.process.wait_for_exit(within).await;
-            match status {
-                Some(s) => self
-                    .ev
-                    .observe(format!("the host {}", process::describe_status(Some(s)))),
-                None => {
-                    self.ev.fail(
-                        Kind::Process,
+            Action::WaitFor(method) => {
+                let within = step.deadline_or(REQUEST_DEADLINE);
+                if !self.saw(method, within).await {
+                    self.s.ev.fail(
+                        Kind::Missing,
                         format!(
-                            "the host was still running {:.0}s later",
+                            "the host sent no {method} within {:.0}s",
                             within.as_secs_f64()
                         ),
                     );
+                    return;
+                }
+                // A pattern in `expect.result` is matched against its params.
+                let params = self.s.watch.saw(method).cloned().unwrap_or(Value::Null);
+                if let Some(p) = step.expect.as_ref().and_then(|e| e.result.clone())
+                    && let Some(p) = self.s.expand(&p)
+                {
+                    let mut errors = Vec::new();
+                    matcher::match_value(
+                        &p,
+                        Some(&params),
+                        "params",
+                        &mut self.s.vars,
+                        &mut errors,
+                    );
+                    for m in errors {
+                        let mut f = Finding::from(m);
+                        f.message = format!("{method}: {}", f.message);
+                        self.s.ev.push(f);
+                    }
                 }
             }
-            return;
-        }
-        if step.close_stdin {
-            self.stream.close_stdin();
-            self.log(Direction::Event, b"conform closed the host's stdin");
-            let within = Self::deadline(step, Duration::from_secs(5));
-            self.pump(Instant::now() + within, &|r| r.closed).await;
-            let status = self.stream.process.wait_for_exit(within).await;
-            self.ev.observe(format!(
-                "after its stdin closed the host {}",
-                process::describe_status(status)
-            ));
-            if step.expect.as_ref().and_then(|e| e.exit) == Some(true) && status.is_none() {
-                self.ev.fail(
-                    Kind::Process,
-                    format!(
-                        "the host was still running {:.0}s after its stdin closed",
-                        within.as_secs_f64()
-                    ),
-                );
+            Action::Quiet(secs) => {
+                self.s
+                    .quiet(&mut self.role, Duration::from_secs_f64(*secs))
+                    .await;
             }
+            Action::Probe => {
+                let Some(key) = self.s.request("host/ping", json!({})).await else {
+                    return;
+                };
+                if self
+                    .answer(&key, "a probe (host/ping)", REQUEST_DEADLINE)
+                    .await
+                    .is_some()
+                {
+                    self.s.ev.observe("the host still answers host/ping");
+                }
+            }
+            Action::ExitsWithin(secs) => {
+                self.s
+                    .exits_within(&mut self.role, Duration::from_secs_f64(*secs))
+                    .await;
+            }
+            Action::CloseStdin => {
+                let within = step.deadline_or(Duration::from_secs(5));
+                let exit = step.expect.as_ref().and_then(|e| e.exit);
+                self.s.close_stdin(&mut self.role, within, exit).await;
+            }
+            Action::Own(own) => match *own {},
         }
     }
 
-    async fn judge_answer(&mut self, step: &Step, id: u64, method: &str) {
+    async fn judge_answer(&mut self, step: &Step, key: &str, method: &str) {
         let rule = step
             .expect
             .as_ref()
             .map(Expect::rule)
-            .unwrap_or(AnswerRule::Any);
-        let within = Self::deadline(step, REQUEST_DEADLINE);
-        if rule == AnswerRule::None {
+            .unwrap_or(ReplyRule::Any);
+        let within = step.deadline_or(REQUEST_DEADLINE);
+        if rule == ReplyRule::None {
+            let k = key.to_owned();
             let got = self
-                .pump(Instant::now() + within, &|r| {
-                    r.watch.answers.contains_key(&id)
+                .s
+                .pump(&mut self.role, Instant::now() + within, &|s| {
+                    s.answers.contains_key(&k)
                 })
                 .await;
-            if got {
-                let a = self.watch.answers.remove(&id).expect("present");
-                self.ev.fail(
+            if got && let Some(a) = self.s.answers.remove(key) {
+                self.s.ev.fail(
                     Kind::Unexpected,
                     format!(
                         "{method}: expected no answer, got {}",
@@ -733,33 +649,16 @@ impl CaseRun<'_> {
             }
             return;
         }
-        let Some(answer) = self.answer(id, method, within).await else {
+        let Some(answer) = self.answer(key, method, within).await else {
             return;
         };
         let Some(expect) = &step.expect else {
-            self.ev.observe(format!(
-                "{method}: {}",
-                crate::jsonrpc::describe_answer(&answer)
-            ));
+            self.s.conclude(method, &answer, vec![]);
             return;
         };
-        let want = match rule {
-            AnswerRule::Result => Reply::Result,
-            AnswerRule::Error => Reply::Error,
-            AnswerRule::Any | AnswerRule::None => Reply::Any,
+        let Some(mut found) = self.s.judge(&answer, rule, &expect.result, &expect.error) else {
+            return;
         };
-        let pattern = match &answer {
-            Ok(_) => &expect.result,
-            Err(_) => &expect.error,
-        };
-        let pattern = match pattern {
-            Some(p) => match self.expand(p) {
-                Some(p) => Some(p),
-                None => return,
-            },
-            None => None,
-        };
-        let mut found = crate::drive::judge_answer(&answer, want, pattern.as_ref(), &mut self.vars);
         for check in &expect.checks {
             match (check, &answer) {
                 (NamedCheck::ResultShape, Ok(r)) => found.extend(
@@ -769,69 +668,6 @@ impl CaseRun<'_> {
                 (NamedCheck::ResultShape, Err(_)) => {}
             }
         }
-        if found.is_empty() {
-            self.ev.observe(format!(
-                "{method}: {}",
-                crate::jsonrpc::describe_answer(&answer)
-            ));
-        }
-        for mut f in found {
-            f.message = format!("{method}: {}", f.message);
-            self.ev.push(f);
-        }
-    }
-
-    /// Ends the host; says whether it ended before conform ended it.
-    async fn finish(&mut self) -> bool {
-        if !self.closed {
-            self.pump(Instant::now() + Duration::from_millis(50), &|_| false)
-                .await;
-        }
-        // After a protocol error the exchange is over, and whether the host
-        // has exited yet is a race: its stderr is shown only when it ended
-        // by itself before that.
-        let early = (self.closed || self.stream.process.exit_status().is_some())
-            && self.watch.violations.is_empty();
-        self.stream.close_stdin();
-        let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
-        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
-        early
-    }
-
-    /// The case's evidence: what the steps found, every rule the watch saw
-    /// broken, and what the message needs besides.
-    fn evidence(&mut self, ended_early: bool) -> Evidence {
-        let mut ev = std::mem::take(&mut self.ev);
-        for (rule, kind, message) in &self.watch.violations {
-            ev.broke(rule, *kind, message.clone());
-        }
-        ev.appendix.extend(self.watch.kept.note());
-        if ended_early {
-            let stderr = self.stream.process.stderr_tail();
-            if !stderr.trim().is_empty() {
-                ev.appendix.push(format!(
-                    "the host's stderr:\n{}",
-                    truncate(stderr.trim_end(), 2000)
-                ));
-            }
-        }
-        ev
-    }
-}
-
-/// The core's answer to a host request.
-enum Answer {
-    Result(Value),
-    Error(i64, String),
-}
-
-impl Answer {
-    fn with_id(&self, id: u64) -> Value {
-        match self {
-            Answer::Result(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-            Answer::Error(c, m) => {
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": c, "message": m}})
-            }
-        }
+        self.s.conclude(method, &answer, found);
     }
 }

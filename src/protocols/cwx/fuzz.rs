@@ -136,7 +136,9 @@ fn golden() -> Result<Vec<Value>, RunError> {
     };
     for case in &cases {
         for step in &case.steps {
-            let Some(send) = &step.send else { continue };
+            let crate::step::Action::Send(send) = &step.action else {
+                continue;
+            };
             if send.params.to_string().contains("${") || send.method == "host/shutdown" {
                 continue;
             }

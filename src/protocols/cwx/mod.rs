@@ -61,13 +61,6 @@ impl Dialect for HostCases {
     type Config = steps::Config;
     const PROTOCOL: Protocol = Protocol::Cwx;
     const DIR: &'static str = "cwx/cases";
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        for (i, s) in case.steps.iter().enumerate() {
-            s.validate().map_err(|m| format!("step {i}: {m}"))?;
-        }
-        Ok(())
-    }
 }
 
 impl suite::Run for HostCases {

@@ -6,16 +6,9 @@
 //! raw bytes (`rawHex`), `await` an answer, `waitFor` a host message,
 //! watch (`quiet`), `probe` with `host/ping`, or close the host's stdin.
 
+use crate::step::{self, Action, Language, ReplyRule, key};
 use serde::Deserialize;
 use serde_json::Value;
-
-fn yes() -> bool {
-    true
-}
-
-fn empty_object() -> Value {
-    Value::Object(Default::default())
-}
 
 /// What a host case needs of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -74,57 +67,56 @@ pub struct Config {
     pub setup: Setup,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Step {
-    #[serde(default)]
-    pub send: Option<Send>,
-    #[serde(default)]
-    pub raw_hex: Option<String>,
-    /// Write `rawHex` in pieces, with these pauses.
-    #[serde(default)]
-    pub pauses: Vec<crate::case::Pause>,
-    #[serde(default, rename = "await")]
-    pub await_name: Option<String>,
-    #[serde(default)]
-    pub wait_for: Option<String>,
-    #[serde(default)]
-    pub quiet: Option<f64>,
-    #[serde(default)]
-    pub probe: bool,
-    #[serde(default)]
-    pub close_stdin: bool,
-    /// The host must exit by itself within this many seconds.
-    #[serde(default)]
-    pub exits_within: Option<f64>,
-    #[serde(default, rename = "as")]
-    pub name: Option<String>,
-    #[serde(default = "yes")]
-    pub wait: bool,
-    #[serde(default)]
-    pub expect: Option<Expect>,
-    #[serde(default)]
-    pub deadline: Option<f64>,
-}
+/// The cwx dialect of the step language: the common actions only.
+#[derive(Debug, Clone)]
+pub struct Lang;
 
-#[derive(Debug, Clone, Deserialize)]
+pub type Step = step::Step<Lang>;
+
+/// cwx steps have no keys of their own.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Send {
-    pub method: String,
-    #[serde(default = "empty_object")]
-    pub params: Value,
-    #[serde(default)]
-    pub notification: bool,
-}
+pub struct Extra {}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AnswerRule {
-    Result,
-    Error,
-    Any,
-    /// No answer at all within the deadline.
-    None,
+/// cwx steps have no actions of their own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Own {}
+
+impl Language for Lang {
+    type Extra = Extra;
+    type Own = Own;
+    type Expect = Expect;
+    const COMMON: &'static [&'static str] = &[
+        key::SEND,
+        key::RAW,
+        key::RAW_HEX,
+        key::AWAIT,
+        key::WAIT_FOR,
+        key::QUIET,
+        key::PROBE,
+        key::CLOSE_STDIN,
+        key::EXITS_WITHIN,
+    ];
+    const OWN: &'static [&'static str] = &[];
+    const MAX_DEADLINE: f64 = 600.0;
+
+    fn own(_: &Extra) -> Result<Option<Own>, String> {
+        Ok(None)
+    }
+
+    fn check(step: &Step) -> Result<(), String> {
+        if let Action::Send(s) = &step.action
+            && s.id.is_some()
+        {
+            return Err("a cwx request's id is the core's to choose".into());
+        }
+        let expect = step.expect.as_ref();
+        step::check_stdio_expect(
+            &step.action,
+            expect.and_then(|e| e.exit),
+            expect.and_then(|e| e.reply),
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -138,7 +130,7 @@ pub enum NamedCheck {
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     #[serde(default)]
-    pub reply: Option<AnswerRule>,
+    pub reply: Option<ReplyRule>,
     #[serde(default)]
     pub result: Option<Value>,
     #[serde(default)]
@@ -151,53 +143,7 @@ pub struct Expect {
 }
 
 impl Expect {
-    pub fn rule(&self) -> AnswerRule {
-        self.reply.unwrap_or(match (&self.result, &self.error) {
-            (Some(_), _) => AnswerRule::Result,
-            (None, Some(_)) => AnswerRule::Error,
-            (None, None) => AnswerRule::Any,
-        })
-    }
-}
-
-impl Step {
-    pub fn validate(&self) -> Result<(), String> {
-        let actions = [
-            self.send.is_some(),
-            self.raw_hex.is_some(),
-            self.await_name.is_some(),
-            self.wait_for.is_some(),
-            self.quiet.is_some(),
-            self.probe,
-            self.close_stdin,
-            self.exits_within.is_some(),
-        ]
-        .iter()
-        .filter(|x| **x)
-        .count();
-        if actions != 1 {
-            return Err(format!(
-                "a step needs exactly one of send, rawHex, await, waitFor, quiet, probe, closeStdin, exitsWithin (found {actions})"
-            ));
-        }
-        let request = self.send.as_ref().is_some_and(|s| !s.notification);
-        crate::case::check_pauses(&self.pauses, self.raw_hex.is_some())?;
-        if (!self.wait || self.name.is_some()) && !request {
-            return Err("`as` and `wait` go with a request".into());
-        }
-        if !self.wait && self.name.is_none() {
-            return Err("a step with `wait: false` needs an `as` name".into());
-        }
-        if let Some(h) = &self.raw_hex
-            && crate::case::hex_bytes(h).is_none()
-        {
-            return Err("rawHex is pairs of hex digits".into());
-        }
-        if let Some(d) = self.deadline
-            && !(d > 0.0 && d <= 600.0)
-        {
-            return Err("deadline is between 0 and 600 seconds".into());
-        }
-        Ok(())
+    pub fn rule(&self) -> ReplyRule {
+        ReplyRule::of(self.reply, &self.result, &self.error)
     }
 }

@@ -1,0 +1,510 @@
+//! One stdio exchange for the line and frame protocols (ACP lines, cwx
+//! frames): the target's stream, the case's transcript and evidence, the
+//! requests conform sent and their answers. The protocol plugs in its
+//! sans-IO [`Watch`] (what every message the target writes is held to) and
+//! its [`Answerer`] (the role conform plays when the target asks it
+//! something); the drivers build their steps from the primitives here.
+
+use crate::case::Pause;
+use crate::evidence::{Evidence, Finding, Kind};
+use crate::matcher::Vars;
+use crate::outcome::{Direction, Transcript};
+use crate::step::ReplyRule;
+use crate::transport::process;
+use crate::transport::stdio::{LineStream, StreamEvent};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a write may take before the target counts as not reading.
+const WRITE_WITHIN: Duration = Duration::from_secs(10);
+/// How long conform gives a target whose stdout closed to be seen exited.
+const EXIT_SETTLE: Duration = Duration::from_millis(300);
+
+/// How the protocol frames its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// One JSON text and `\n` (ACP).
+    Lines,
+    /// `CWX1`, a u32 little-endian length, the payload (cwx).
+    Frames,
+}
+
+/// A message the target wrote, as the watch read it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The target asks conform something; conform answers (or holds it).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// The answer to the request conform sent under `key`.
+    Response {
+        key: String,
+        outcome: Result<Value, Value>,
+    },
+    /// A notification, or a line that is no message conform acts on.
+    Other,
+}
+
+/// The protocol's sans-IO view of the exchange: what every message is held to.
+pub trait Watch: Send {
+    /// conform sends `message`; the key its answer will be found by, for a request.
+    fn sent(&mut self, message: &Value) -> Option<String>;
+    /// conform wrote `bytes` as they are: requests among them may be answered.
+    fn sent_raw(&mut self, bytes: &[u8]);
+    /// The target wrote `payload`.
+    fn received(&mut self, payload: &[u8]) -> Incoming;
+    /// The target's stream broke (a bad frame): true when the watch
+    /// recorded what rule that breaks, false when it cannot happen here
+    /// (then it is conform's error).
+    fn broke(&mut self, _why: &str) -> bool {
+        false
+    }
+    /// The target's stdout ended inside a message; a case finding to add,
+    /// when the watch does not record it as a rule of its own.
+    fn ended_inside(&mut self, partial: &[u8]) -> Option<Finding>;
+    /// Whether the exchange is over: a core ends it at the host's first
+    /// protocol error, so nothing after it is read.
+    fn halted(&self) -> bool {
+        false
+    }
+    /// The rules broken so far, each naming its requirement.
+    fn findings(&self) -> Vec<Finding>;
+    /// What the watch kept only in part, for a failing case's message.
+    fn kept_note(&self) -> Option<String>;
+}
+
+/// A future the answerer returns.
+pub type AnswerFuture<'a> = Pin<Box<dyn Future<Output = Option<Value>> + Send + 'a>>;
+
+/// The role conform plays: how it answers the target's requests.
+pub trait Answerer: Send {
+    /// The whole response to request `id`, or `None` to hold it back.
+    fn answer<'a>(
+        &'a mut self,
+        id: &'a Value,
+        method: &'a str,
+        params: &'a Value,
+        within: Duration,
+    ) -> AnswerFuture<'a>;
+}
+
+/// One case's exchange with a target over its stdin and stdout.
+pub struct Session<W: Watch> {
+    stream: LineStream,
+    codec: Codec,
+    /// What the reports call the target: "agent", "host".
+    who: &'static str,
+    pub transcript: Transcript,
+    pub ev: Evidence,
+    /// The case's variables, for the templates of its steps.
+    pub vars: Vars,
+    pub watch: W,
+    /// Answers that came, by request key.
+    pub answers: HashMap<String, Result<Value, Value>>,
+    /// `as` names: the request's key and what it was.
+    pub named: HashMap<String, (String, String)>,
+    next_id: i64,
+    /// stdout closed (the target ended or closed it).
+    pub closed: bool,
+    /// An answer the case needed never came: later steps would build on nothing.
+    pub stalled: bool,
+    /// conform closed the target's stdin to end the case.
+    ending: bool,
+}
+
+impl<W: Watch> Session<W> {
+    /// The exchange on `stream`, started at `started`; conform's request ids
+    /// count from `first_id`.
+    pub fn new(
+        stream: LineStream,
+        codec: Codec,
+        who: &'static str,
+        watch: W,
+        started: Instant,
+        first_id: i64,
+    ) -> Session<W> {
+        Session {
+            stream,
+            codec,
+            who,
+            transcript: Transcript::new(started),
+            ev: Evidence::default(),
+            vars: Vars::default(),
+            watch,
+            answers: HashMap::new(),
+            named: HashMap::new(),
+            next_id: first_id,
+            closed: false,
+            stalled: false,
+            ending: false,
+        }
+    }
+
+    pub fn who(&self) -> &'static str {
+        self.who
+    }
+
+    pub fn log(&mut self, dir: Direction, data: &[u8]) -> Option<usize> {
+        self.transcript.log("stdio", dir, data)
+    }
+
+    /// The id of conform's next request.
+    pub fn next_id(&mut self) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        Value::from(id)
+    }
+
+    /// The target's process, for its status and stderr.
+    pub fn process(&mut self) -> &mut process::Spawned {
+        &mut self.stream.process
+    }
+
+    async fn write_bytes(&mut self, bytes: &[u8]) -> bool {
+        match self.stream.send(bytes, WRITE_WITHIN).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.log(Direction::Event, e.as_bytes());
+                false
+            }
+        }
+    }
+
+    /// Writes one message; returns the key of a request.
+    pub async fn send(&mut self, message: &Value) -> Option<String> {
+        let key = self.watch.sent(message);
+        let payload = message.to_string().into_bytes();
+        let bytes = match self.codec {
+            Codec::Lines => {
+                let mut line = payload;
+                line.push(b'\n');
+                self.log(Direction::Sent, &line);
+                line
+            }
+            Codec::Frames => {
+                self.log(Direction::Sent, &payload);
+                match crate::wire::frame::encode(&payload) {
+                    Some(frame) => frame,
+                    None => {
+                        self.ev.error("a message conform built is over MAX_FRAME");
+                        return key;
+                    }
+                }
+            }
+        };
+        self.write_bytes(&bytes).await;
+        key
+    }
+
+    /// Sends request `method` with the next id; returns its key.
+    pub async fn request(&mut self, method: &str, params: Value) -> Option<String> {
+        let id = self.next_id();
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await
+    }
+
+    /// Writes `bytes` as they are, stopping at each pause for its time.
+    pub async fn write_raw(&mut self, bytes: &[u8], pauses: &[Pause]) {
+        self.watch.sent_raw(bytes);
+        self.log(Direction::Sent, bytes);
+        for (piece, ms) in crate::case::paced(bytes.len(), pauses) {
+            if !self.write_bytes(&bytes[piece]).await {
+                break;
+            }
+            if ms > 0 {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+        }
+    }
+
+    /// Reads and handles what the target writes, answering its requests,
+    /// until `done` holds or `until` passes; says whether `done` held.
+    pub async fn pump<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        until: Instant,
+        done: &(dyn Fn(&Self) -> bool + Sync),
+    ) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.closed || self.watch.halted() {
+                return false;
+            }
+            let Some((_, event)) = self.stream.next(until).await else {
+                return done(self);
+            };
+            match event {
+                StreamEvent::Line(payload) => {
+                    if let Some(why) = crate::jsonrpc::too_many_values(&payload) {
+                        self.log(
+                            Direction::Event,
+                            b"a message over conform's limit was dropped",
+                        );
+                        self.ev.error(format!("the {} wrote {why}", self.who));
+                        return false;
+                    }
+                    self.log(Direction::Received, &payload);
+                    match self.watch.received(&payload) {
+                        Incoming::Request { id, method, params } => {
+                            let within = until
+                                .saturating_duration_since(Instant::now())
+                                .max(Duration::from_secs(1));
+                            if let Some(reply) =
+                                answerer.answer(&id, &method, &params, within).await
+                            {
+                                self.send(&reply).await;
+                            }
+                        }
+                        Incoming::Response { key, outcome } => {
+                            self.answers.insert(key, outcome);
+                        }
+                        Incoming::Other => {}
+                    }
+                }
+                StreamEvent::TooLong { limit } => {
+                    self.log(Direction::Event, b"a line over conform's limit was dropped");
+                    self.ev.error(format!(
+                        "the {} wrote a line over conform's {limit}-byte limit; conform cannot judge it",
+                        self.who
+                    ));
+                    return false;
+                }
+                StreamEvent::Broken(why) => {
+                    if !self.watch.broke(&why) {
+                        self.ev.error(why);
+                        return false;
+                    }
+                    self.log(Direction::Event, why.as_bytes());
+                }
+                StreamEvent::Closed { partial } => {
+                    self.closed = true;
+                    if !partial.is_empty() {
+                        if self.codec == Codec::Lines {
+                            self.log(Direction::Received, &partial);
+                        }
+                        if let Some(f) = self.watch.ended_inside(&partial) {
+                            self.ev.push(f);
+                        }
+                    }
+                    let status = self.stream.process.wait_for_exit(EXIT_SETTLE).await;
+                    // A target that exits cleanly once conform ended its
+                    // input is not news: the transcript leaves it out.
+                    let clean = self.ending && status.is_some_and(|s| s.success());
+                    if !clean {
+                        let what = format!(
+                            "stdout closed; the {} {}",
+                            self.who,
+                            process::describe_status(status)
+                        );
+                        self.log(Direction::Event, what.as_bytes());
+                    }
+                    return done(self);
+                }
+            }
+        }
+    }
+
+    /// Keeps reading (and answering) for `within`.
+    pub async fn quiet<A: Answerer>(&mut self, answerer: &mut A, within: Duration) {
+        self.pump(answerer, Instant::now() + within, &|_| false)
+            .await;
+    }
+
+    /// Waits for the answer to request `key` (`what` names it); a missing
+    /// answer is a finding, and the case has nothing more to stand on.
+    pub async fn answer<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        key: &str,
+        what: &str,
+        within: Duration,
+    ) -> Option<Result<Value, Value>> {
+        let k = key.to_owned();
+        self.pump(answerer, Instant::now() + within, &|s| {
+            s.answers.contains_key(&k)
+        })
+        .await;
+        if let Some(a) = self.answers.remove(key) {
+            return Some(a);
+        }
+        let why = if self.watch.halted() {
+            format!(
+                "none: the exchange ended at the {}'s protocol error",
+                self.who
+            )
+        } else if self.closed {
+            format!(
+                "the {} closed its stdout (it {})",
+                self.who,
+                process::describe_status(self.stream.process.exit_status())
+            )
+        } else {
+            format!("nothing within {:.0}s", within.as_secs_f64())
+        };
+        self.ev
+            .fail(
+                Kind::Missing,
+                format!("expected an answer to {what}, got {why}"),
+            )
+            .seen(format!("an answer to {what}"), why);
+        self.stalled = true;
+        None
+    }
+
+    /// `v` with the case's variables in place of its templates; a template
+    /// that names nothing is conform's error (the case file's).
+    pub fn expand(&mut self, v: &Value) -> Option<Value> {
+        match crate::matcher::expand(v, &self.vars) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.ev.error(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// What `answer` breaks of a step that wants `rule` with these result
+    /// and error patterns (see [`super::judge_answer`]); `None` when a
+    /// pattern's template names nothing.
+    pub fn judge(
+        &mut self,
+        answer: &Result<Value, Value>,
+        rule: ReplyRule,
+        result: &Option<Value>,
+        error: &Option<Value>,
+    ) -> Option<Vec<Finding>> {
+        let pattern = match (answer, result, error) {
+            (Ok(_), Some(p), _) | (Err(_), _, Some(p)) => Some(self.expand(p)?),
+            _ => None,
+        };
+        Some(super::judge_answer(
+            answer,
+            rule,
+            pattern.as_ref(),
+            &mut self.vars,
+        ))
+    }
+
+    /// Records what a step found of the answer to `what`: the findings, each
+    /// saying what it is about, or what came when nothing was wrong.
+    pub fn conclude(&mut self, what: &str, answer: &Result<Value, Value>, found: Vec<Finding>) {
+        if found.is_empty() {
+            self.ev.observe(format!(
+                "{what}: {}",
+                crate::jsonrpc::describe_answer(answer)
+            ));
+        }
+        for mut f in found {
+            f.message = format!("{what}: {}", f.message);
+            self.ev.push(f);
+        }
+    }
+
+    /// Closes the target's stdin and reads on until it closes stdout, for
+    /// `within`; `exit: Some(true)` means it must have exited by then.
+    pub async fn close_stdin<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        within: Duration,
+        exit: Option<bool>,
+    ) {
+        self.stream.close_stdin();
+        let what = format!("conform closed the {}'s stdin", self.who);
+        self.log(Direction::Event, what.as_bytes());
+        // Keep reading so a blocked writer can finish.
+        self.pump(answerer, Instant::now() + within, &|s| s.closed)
+            .await;
+        let status = self.stream.process.wait_for_exit(within).await;
+        self.ev.observe(format!(
+            "after its stdin closed the {} {}",
+            self.who,
+            process::describe_status(status)
+        ));
+        if exit == Some(true) && status.is_none() {
+            self.ev.fail(
+                Kind::Process,
+                format!(
+                    "the {} was still running {:.0}s after its stdin closed",
+                    self.who,
+                    within.as_secs_f64()
+                ),
+            );
+        }
+    }
+
+    /// The target exits by itself within `within`.
+    pub async fn exits_within<A: Answerer>(&mut self, answerer: &mut A, within: Duration) {
+        self.pump(answerer, Instant::now() + within, &|s| s.closed)
+            .await;
+        match self.stream.process.wait_for_exit(within).await {
+            Some(s) => self.ev.observe(format!(
+                "the {} {}",
+                self.who,
+                process::describe_status(Some(s))
+            )),
+            None => {
+                self.ev.fail(
+                    Kind::Process,
+                    format!(
+                        "the {} was still running {:.0}s later",
+                        self.who,
+                        within.as_secs_f64()
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Ends the target: stdin closed, what it writes until stdout closes
+    /// read (for at most `grace`), a moment to exit, then its group ended.
+    /// Says whether it had ended by itself first (not at a protocol error,
+    /// where the exchange was over and its exit a race).
+    pub async fn finish<A: Answerer>(&mut self, answerer: &mut A, grace: Duration) -> bool {
+        let early =
+            (self.closed || self.stream.process.exit_status().is_some()) && !self.watch.halted();
+        self.stream.close_stdin();
+        self.ending = true;
+        // Whatever the target writes until it closes its stdout still
+        // counts; reading to that close, rather than for a fixed while,
+        // costs a target that exits on end of input nothing.
+        if !self.closed {
+            self.pump(answerer, Instant::now() + grace, &|_| false)
+                .await;
+        }
+        let _ = self.stream.process.wait_for_exit(grace).await;
+        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
+        early
+    }
+
+    /// The case's evidence: what its steps found, every rule the watch saw
+    /// broken, what the watch kept only in part, and the target's stderr
+    /// when it ended by itself.
+    pub fn evidence(&mut self, ended_early: bool) -> Evidence {
+        let mut ev = std::mem::take(&mut self.ev);
+        for f in self.watch.findings() {
+            ev.push(f);
+        }
+        ev.appendix.extend(self.watch.kept_note());
+        if ended_early {
+            let stderr = self.stream.process.stderr_tail();
+            if !stderr.trim().is_empty() {
+                ev.appendix.push(format!(
+                    "the {}'s stderr:\n{}",
+                    self.who,
+                    crate::matcher::truncate(stderr.trim_end(), 2000)
+                ));
+            }
+        }
+        ev
+    }
+}
