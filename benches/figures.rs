@@ -103,7 +103,11 @@ async fn agent_socket_sides(n: usize, rounds: usize, ours_on: bool, raw_on: bool
     let (task, running) = agent_socket::start_reference(&socket, dir.path())
         .await
         .expect("the builtin server listens");
-    let mut session = agent_socket::driver::Session::new(socket.clone(), None, false);
+    let mut session = agent_socket::driver::Session::new(
+        conform::transport::unix::Connector::Unix(socket.clone()),
+        None,
+        false,
+    );
     session.handshake().await;
     let case: Case<agent_socket::ServerCases> = one_case(
         r#"{"id":"bench/read-file","title":"one readFile","level":"MUST","requirements":["as.read.missing"],
@@ -171,11 +175,12 @@ async fn acp_overhead(bin: &Path, n: usize, rounds: usize) -> (f64, f64) {
         "exec {} reference --protocol acp",
         conform::matcher::shell_quote(&bin.display().to_string())
     );
-    let probe = acp::driver::probe(&command, Duration::from_secs(10))
+    let launcher = conform::transport::stdio::Launcher::Command(command.clone());
+    let probe = acp::driver::probe(&launcher, Duration::from_secs(10))
         .await
         .expect("the builtin agent answers");
     let ctx = acp::driver::Context {
-        command: command.clone(),
+        launcher,
         strict: false,
         probe,
         startup: Duration::from_secs(10),

@@ -1,5 +1,5 @@
 //! One stdio exchange for the line and frame protocols (ACP lines, cwx
-//! frames): the target's stream, the case's transcript and evidence, the
+//! frames, as the stream's codec says): the target's stream, the case's transcript and evidence, the
 //! requests conform sent and their answers. The protocol plugs in its
 //! sans-IO [`Watch`] (what every message the target writes is held to) and
 //! its [`Answerer`] (the role conform plays when the target asks it
@@ -12,6 +12,7 @@ use crate::outcome::{Direction, Transcript};
 use crate::step::ReplyRule;
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
+use crate::wire::Codec;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,15 +24,6 @@ use tokio::time::Instant;
 const WRITE_WITHIN: Duration = Duration::from_secs(10);
 /// How long conform gives a target whose stdout closed to be seen exited.
 const EXIT_SETTLE: Duration = Duration::from_millis(300);
-
-/// How the protocol frames its messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    /// One JSON text and `\n` (ACP).
-    Lines,
-    /// `CWX1`, a u32 little-endian length, the payload (cwx).
-    Frames,
-}
 
 /// A message the target wrote, as the watch read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,15 +115,14 @@ impl<W: Watch> Session<W> {
     /// count from `first_id`.
     pub fn new(
         stream: LineStream,
-        codec: Codec,
         who: &'static str,
         watch: W,
         started: Instant,
         first_id: i64,
     ) -> Session<W> {
         Session {
+            codec: stream.codec(),
             stream,
-            codec,
             who,
             transcript: Transcript::new(started),
             ev: Evidence::default(),
@@ -161,11 +152,6 @@ impl<W: Watch> Session<W> {
         Value::from(id)
     }
 
-    /// The target's process, for its status and stderr.
-    pub fn process(&mut self) -> &mut process::Spawned {
-        &mut self.stream.process
-    }
-
     async fn write_bytes(&mut self, bytes: &[u8]) -> bool {
         match self.stream.send(bytes, WRITE_WITHIN).await {
             Ok(()) => true,
@@ -180,24 +166,16 @@ impl<W: Watch> Session<W> {
     pub async fn send(&mut self, message: &Value) -> Option<String> {
         let key = self.watch.sent(message);
         let payload = message.to_string().into_bytes();
-        let bytes = match self.codec {
-            Codec::Lines => {
-                let mut line = payload;
-                line.push(b'\n');
-                self.log(Direction::Sent, &line);
-                line
-            }
-            Codec::Frames => {
-                self.log(Direction::Sent, &payload);
-                match crate::wire::frame::encode(&payload) {
-                    Some(frame) => frame,
-                    None => {
-                        self.ev.error("a message conform built is over MAX_FRAME");
-                        return key;
-                    }
-                }
-            }
+        let Some(bytes) = self.codec.encode(&payload) else {
+            self.ev.error("a message conform built is over MAX_FRAME");
+            return key;
         };
+        // A line as written; a frame's payload, without its header.
+        let shown = match self.codec {
+            Codec::Lines { .. } => &bytes[..],
+            Codec::Frames => &payload[..],
+        };
+        self.log(Direction::Sent, shown);
         self.write_bytes(&bytes).await;
         key
     }
@@ -289,7 +267,7 @@ impl<W: Watch> Session<W> {
                 StreamEvent::Closed { partial } => {
                     self.closed = true;
                     if !partial.is_empty() {
-                        if self.codec == Codec::Lines {
+                        if matches!(self.codec, Codec::Lines { .. }) {
                             self.log(Direction::Received, &partial);
                         }
                         if let Some(f) = self.watch.ended_inside(&partial) {

@@ -3,5 +3,6 @@
 
 pub mod budget;
 pub mod process;
+pub mod serve;
 pub mod stdio;
 pub mod unix;

@@ -9,11 +9,13 @@
 
 use super::budget::{self, Held, Meter, Stall};
 use super::process::{self, Spawned, Stdio3};
-use crate::wire::frame::FrameDecoder;
-use crate::wire::line::{LineDecoder, LineError};
+use crate::wire::{Codec, Decode, Refused};
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::ChildStdin;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -34,9 +36,133 @@ pub enum StreamEvent {
 /// as a big one holds the process's one permit.
 const QUEUE: usize = 4;
 
+/// The pipes a target served in this process reads and writes: what
+/// conform writes arrives on `input`; what it writes to `output` conform reads.
+pub struct Pipes {
+    pub input: DuplexStream,
+    pub output: DuplexStream,
+}
+
+/// A target served in this process over [`Pipes`] (the tests').
+pub type Serve = Arc<dyn Fn(Pipes) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// How a stdio target is started: a command line conform spawns (in its own
+/// process group, through [`process::spawn`]), or a target served in this
+/// process over in-memory pipes, as lsp-server's `Connection::memory()`.
+#[derive(Clone)]
+pub enum Launcher {
+    Command(String),
+    Memory(Serve),
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Launcher::Command(c) => write!(f, "Command({c:?})"),
+            Launcher::Memory(_) => f.write_str("Memory"),
+        }
+    }
+}
+
+impl Launcher {
+    /// Starts the target and reads its output in `codec`'s messages.
+    pub fn start(
+        &self,
+        env: &[(&str, &std::ffi::OsStr)],
+        codec: Codec,
+    ) -> std::io::Result<LineStream> {
+        match self {
+            Launcher::Command(line) => {
+                let mut process = process::spawn(line, env, Stdio3::Pipes)?;
+                let stdin = process
+                    .stdin
+                    .take()
+                    .ok_or_else(|| std::io::Error::other("the child has no stdin pipe"))?;
+                let stdout = process
+                    .stdout_pipe
+                    .take()
+                    .ok_or_else(|| std::io::Error::other("the child has no stdout pipe"))?;
+                Ok(LineStream::over(
+                    Child::Process(process),
+                    Box::new(stdin),
+                    Box::new(stdout),
+                    codec,
+                ))
+            }
+            Launcher::Memory(serve) => {
+                // Big enough for a frame header and a message at once; a
+                // writer past it waits, as on a pipe.
+                const PIPE: usize = 256 * 1024;
+                let (to_target, input) = tokio::io::duplex(PIPE);
+                let (output, from_target) = tokio::io::duplex(PIPE);
+                let task = tokio::spawn(serve(Pipes { input, output }));
+                Ok(LineStream::over(
+                    Child::Task { task, done: false },
+                    Box::new(to_target),
+                    Box::new(from_target),
+                    codec,
+                ))
+            }
+        }
+    }
+}
+
+/// The other end of a stream: a process conform spawned, or a task of its own.
+pub enum Child {
+    Process(Spawned),
+    Task {
+        task: tokio::task::JoinHandle<()>,
+        done: bool,
+    },
+}
+
+impl Child {
+    /// How it ended, once it has (a task ends with status 0).
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        match self {
+            Child::Process(p) => p.exit_status(),
+            Child::Task { task, done } => (*done || task.is_finished()).then(ExitStatus::default),
+        }
+    }
+
+    /// Waits at most `within` for it to end.
+    pub async fn wait_for_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        match self {
+            Child::Process(p) => p.wait_for_exit(within).await,
+            Child::Task { task, done } => {
+                if !*done && tokio::time::timeout(within, &mut *task).await.is_ok() {
+                    *done = true;
+                }
+                done.then(ExitStatus::default)
+            }
+        }
+    }
+
+    /// Ends it: a process as [`Spawned::shutdown`] does; a task is aborted.
+    pub async fn shutdown(&mut self, grace: Duration) -> (Option<ExitStatus>, bool) {
+        match self {
+            Child::Process(p) => p.shutdown(grace).await,
+            Child::Task { task, done } => {
+                task.abort();
+                *done = true;
+                (Some(ExitStatus::default()), false)
+            }
+        }
+    }
+
+    /// The last of what it wrote to stderr (a task writes none).
+    pub fn stderr_tail(&self) -> String {
+        match self {
+            Child::Process(p) => p.stderr_tail(),
+            Child::Task { .. } => String::new(),
+        }
+    }
+}
+
 pub struct LineStream {
-    pub process: Spawned,
-    stdin: Option<ChildStdin>,
+    pub process: Child,
+    codec: Codec,
+    stdin: Option<Box<dyn AsyncWrite + Send + Unpin>>,
     events: mpsc::Receiver<(Instant, StreamEvent)>,
     /// The reader's waits for the big-message permit.
     stall: std::sync::Arc<Stall>,
@@ -59,7 +185,7 @@ impl LineStream {
         env: &[(&str, &std::ffi::OsStr)],
         line_limit: usize,
     ) -> std::io::Result<LineStream> {
-        Self::spawn_with(command_line, env, Box::new(LineDecoder::new(line_limit)))
+        Launcher::Command(command_line.to_owned()).start(env, Codec::Lines { limit: line_limit })
     }
 
     /// Spawns `command_line` and reads its stdout in `CWX1` frames.
@@ -67,32 +193,33 @@ impl LineStream {
         command_line: &str,
         env: &[(&str, &std::ffi::OsStr)],
     ) -> std::io::Result<LineStream> {
-        Self::spawn_with(command_line, env, Box::new(FrameDecoder::default()))
+        Launcher::Command(command_line.to_owned()).start(env, Codec::Frames)
     }
 
-    fn spawn_with(
-        command_line: &str,
-        env: &[(&str, &std::ffi::OsStr)],
-        decoder: Box<dyn Decoder>,
-    ) -> std::io::Result<LineStream> {
-        let mut process = process::spawn(command_line, env, Stdio3::Pipes)?;
-        let stdin = process.stdin.take();
-        let stdout = process
-            .stdout_pipe
-            .take()
-            .ok_or_else(|| std::io::Error::other("the child has no stdout pipe"))?;
+    fn over(
+        process: Child,
+        stdin: Box<dyn AsyncWrite + Send + Unpin>,
+        stdout: Box<dyn AsyncRead + Send + Unpin>,
+        codec: Codec,
+    ) -> LineStream {
         let (tx, rx) = mpsc::channel(QUEUE);
         let meter = Meter::new();
         let stall = meter.stall();
-        let reader = tokio::spawn(read_messages(stdout, decoder, meter, tx));
-        Ok(LineStream {
+        let reader = tokio::spawn(read_messages(stdout, codec.decoder(), meter, tx));
+        LineStream {
             process,
-            stdin,
+            codec,
+            stdin: Some(stdin),
             events: rx,
             stall,
             reader,
             closed: false,
-        })
+        }
+    }
+
+    /// How the target's messages are framed.
+    pub fn codec(&self) -> Codec {
+        self.codec
     }
 
     /// Writes `bytes` to the child's stdin within `deadline`.
@@ -168,56 +295,9 @@ impl LineStream {
     }
 }
 
-/// A sans-IO decoder of a child's output: lines or frames.
-trait Decoder: Send {
-    /// Feeds `input`: bytes used, and a whole message or an error.
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>);
-    /// Takes the bytes of the unfinished message, at the end of the stream.
-    fn take_partial(&mut self) -> Vec<u8>;
-    /// Bytes of the unfinished message held.
-    fn pending_len(&self) -> usize;
-}
-
-impl Decoder for LineDecoder {
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>) {
-        let (used, out) = self.feed(input);
-        let event = out.map(|r| {
-            r.map_err(|e| match e {
-                LineError::TooLong { limit } => StreamEvent::TooLong { limit },
-            })
-        });
-        (used, event)
-    }
-
-    fn take_partial(&mut self) -> Vec<u8> {
-        self.take_pending()
-    }
-
-    fn pending_len(&self) -> usize {
-        self.pending().len()
-    }
-}
-
-impl Decoder for FrameDecoder {
-    fn feed_event(&mut self, input: &[u8]) -> (usize, Option<Result<Vec<u8>, StreamEvent>>) {
-        let (used, out) = self.feed(input);
-        let event = out.map(|r| r.map_err(|e| StreamEvent::Broken(e.to_string())));
-        (used, event)
-    }
-
-    fn take_partial(&mut self) -> Vec<u8> {
-        // Only its length matters for a report: an unfinished frame.
-        vec![0; self.pending_len()]
-    }
-
-    fn pending_len(&self) -> usize {
-        FrameDecoder::pending_len(self)
-    }
-}
-
 async fn read_messages(
-    mut stdout: tokio::process::ChildStdout,
-    mut decoder: Box<dyn Decoder>,
+    mut stdout: Box<dyn AsyncRead + Send + Unpin>,
+    mut decoder: Box<dyn Decode>,
     mut meter: Meter,
     tx: mpsc::Sender<(Instant, StreamEvent)>,
 ) {
@@ -249,12 +329,13 @@ async fn read_messages(
         meter.hold(decoder.pending_len() + n).await;
         let mut input = &buf[..n];
         while !input.is_empty() {
-            let (used, out) = decoder.feed_event(input);
+            let (used, out) = decoder.decode(input);
             input = &input[used..];
             let event = match out {
                 None => continue,
                 Some(Ok(message)) => StreamEvent::Line(meter.finish(message)),
-                Some(Err(e)) => e,
+                Some(Err(Refused::TooLong { limit })) => StreamEvent::TooLong { limit },
+                Some(Err(Refused::Broken(why))) => StreamEvent::Broken(why),
             };
             broken = matches!(event, StreamEvent::Broken(_));
             meter.settle(if broken { 0 } else { decoder.pending_len() });

@@ -1,11 +1,14 @@
-//! One-shot exchanges over a Unix socket: connect, write a request, read one
-//! reply line, bounded in size and time.
+//! One-shot exchanges over a Unix socket (or, in the tests, in-memory pipes
+//! to a server in this process): connect, write a request, read one reply
+//! line, bounded in size and time.
 
 use super::budget::{self, Held, Meter};
 use crate::wire::{LineDecoder, LineError};
 use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::UnixStream;
 use tokio::time::{Instant, timeout_at};
 
@@ -25,6 +28,53 @@ pub enum ReadOutcome {
     Failed { error: String, partial: Held },
 }
 
+/// A connection of either kind.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
+/// Hands the server's end of a new in-memory connection to its server.
+pub type Accept = Arc<dyn Fn(DuplexStream) + Send + Sync>;
+
+/// Where a connection-per-request server is reached: a Unix socket, or a
+/// server in this process over in-memory pipes (as lsp-server's
+/// `Connection::memory()`).
+#[derive(Clone)]
+pub enum Connector {
+    Unix(PathBuf),
+    Memory(Accept),
+}
+
+impl Connector {
+    /// A new connection, within `within`.
+    pub async fn connect(&self, within: Duration) -> std::io::Result<Box<dyn Conn>> {
+        match self {
+            Connector::Unix(path) => Ok(Box::new(connect(path, within).await?)),
+            Connector::Memory(accept) => {
+                let (ours, theirs) = tokio::io::duplex(256 * 1024);
+                accept(theirs);
+                Ok(Box::new(ours))
+            }
+        }
+    }
+
+    /// The socket's path, for a Unix socket.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Connector::Unix(p) => Some(p),
+            Connector::Memory(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Connector::Unix(p) => write!(f, "{}", p.display()),
+            Connector::Memory(_) => f.write_str("an in-memory server"),
+        }
+    }
+}
+
 /// Connects within `within`.
 pub async fn connect(path: &Path, within: Duration) -> std::io::Result<UnixStream> {
     match tokio::time::timeout(within, UnixStream::connect(path)).await {
@@ -38,7 +88,7 @@ pub async fn connect(path: &Path, within: Duration) -> std::io::Result<UnixStrea
 
 /// Writes all of `bytes` before `deadline`.
 pub async fn write_all(
-    stream: &mut UnixStream,
+    stream: &mut (impl AsyncWrite + Unpin + ?Sized),
     bytes: &[u8],
     deadline: Instant,
 ) -> std::io::Result<()> {
@@ -54,7 +104,11 @@ pub async fn write_all(
 /// Reads one line of at most `limit` bytes before `deadline`. A big line
 /// waits for the process's big-message permit (`budget`); the deadline moves
 /// by that wait, which is conform's, not the target's.
-pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant) -> ReadOutcome {
+pub async fn read_line(
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
+    limit: usize,
+    deadline: Instant,
+) -> ReadOutcome {
     let mut decoder = LineDecoder::new(limit);
     let mut meter = Meter::new();
     let stall = meter.stall();
@@ -103,7 +157,11 @@ pub async fn read_line(stream: &mut UnixStream, limit: usize, deadline: Instant)
 
 /// Collects what the peer sends after its reply, until it closes, `within`
 /// passes, or `max` bytes have arrived.
-pub async fn read_rest(stream: &mut UnixStream, within: Duration, max: usize) -> Vec<u8> {
+pub async fn read_rest(
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
+    within: Duration,
+    max: usize,
+) -> Vec<u8> {
     let deadline = Instant::now() + within;
     let mut out = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -119,7 +177,7 @@ pub async fn read_rest(stream: &mut UnixStream, within: Duration, max: usize) ->
 /// Reads until the peer closes or `within` passes, keeping at most `max`
 /// bytes; says whether the peer closed (a reset counts as a close).
 pub async fn read_until_close(
-    stream: &mut UnixStream,
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
     within: Duration,
     max: usize,
 ) -> (Vec<u8>, bool) {

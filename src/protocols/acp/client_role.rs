@@ -10,83 +10,89 @@ use super::steps::Permission;
 use crate::case::Case;
 use crate::error::RunError;
 use crate::evidence::Evidence;
-use crate::matcher::{shell_quote, truncate};
-use crate::outcome::{
-    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
-};
+use crate::matcher::shell_quote;
+use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
+use crate::peer::Record;
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process;
-use crate::transport::stdio::{LineStream, StreamEvent};
-use crate::wire::line::LineDecoder;
+use crate::transport::serve::{AfterRefusal, Out, Served, serve};
+use crate::transport::stdio::{Launcher, LineStream, Pipes, StreamEvent};
+use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// The longest line either side reads.
 const LINE_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The scripted agent as a served peer, writing down every line it
+/// exchanges and every file it checks.
+pub struct Peer {
+    agent: ScriptedAgent,
+    record: Record,
+    started: Instant,
+}
+
+impl Peer {
+    pub fn new(script: Script, record: Record) -> Peer {
+        Peer {
+            agent: ScriptedAgent::new(script),
+            record,
+            started: Instant::now(),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+impl Served for Peer {
+    fn codec(&self) -> Codec {
+        Codec::Lines { limit: LINE_LIMIT }
+    }
+
+    fn handle(&mut self, line: &[u8], _: std::time::Instant) -> Vec<Out> {
+        let t_ms = self.ms();
+        self.record.write(&Event::In {
+            t_ms,
+            line: String::from_utf8_lossy(line).into_owned(),
+            utf8: std::str::from_utf8(line).is_ok(),
+        });
+        let (out, files) = self.agent.handle(line);
+        for (name, ok, detail) in files {
+            self.record.write(&Event::File {
+                t_ms,
+                name,
+                ok,
+                detail,
+            });
+        }
+        for msg in &out {
+            self.record.write(&Event::Out {
+                t_ms: self.ms(),
+                line: msg.to_string(),
+            });
+        }
+        out.into_iter().map(Out::Message).collect()
+    }
+
+    /// A line over the limit is no message of the client's: read past it.
+    fn refused(&mut self, _: &Refused, _: std::time::Instant) -> (Vec<Out>, AfterRefusal) {
+        (vec![], AfterRefusal::Go)
+    }
+}
 
 /// Serves the scripted agent of `script` on stdio, appending every event to
 /// `record` (JSON lines), until stdin closes.
 pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
     let script: Script = serde_json::from_slice(&std::fs::read(script)?)
         .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
-    let mut agent = ScriptedAgent::new(script);
-    let mut rec = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(record)?;
-    let started = Instant::now();
-    let ms = || started.elapsed().as_millis() as u64;
-    let mut log = |e: &Event| -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        rec.write_all(&line)
-    };
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
-    let mut decoder = LineDecoder::new(LINE_LIMIT);
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = stdin.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        let mut input = &buf[..n];
-        while !input.is_empty() {
-            let (used, item) = decoder.feed(input);
-            input = &input[used..];
-            let Some(Ok(line)) = item else { continue };
-            log(&Event::In {
-                t_ms: ms(),
-                line: String::from_utf8_lossy(&line).into_owned(),
-                utf8: std::str::from_utf8(&line).is_ok(),
-            })?;
-            let (out, files) = agent.handle(&line);
-            for (name, ok, detail) in files {
-                log(&Event::File {
-                    t_ms: ms(),
-                    name,
-                    ok,
-                    detail,
-                })?;
-            }
-            for msg in out {
-                let mut bytes = serde_json::to_vec(&msg).map_err(std::io::Error::other)?;
-                log(&Event::Out {
-                    t_ms: ms(),
-                    line: String::from_utf8_lossy(&bytes).into_owned(),
-                })?;
-                bytes.push(b'\n');
-                stdout.write_all(&bytes).await?;
-                stdout.flush().await?;
-            }
-        }
-    }
+    let mut peer = Peer::new(script, Record::append_to(&record)?);
+    serve(&mut peer, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 /// Runs the client `cases` and reports.
@@ -123,48 +129,48 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let (evidence, transcript) = match observe(case, target, exe, started).await {
+    let observed = observe(case, target, exe, started).await;
+    graded(case, observed, strict, started)
+}
+
+/// What the client did, graded.
+fn graded(
+    case: &Case<super::ClientCases>,
+    observed: Result<(Vec<Event>, ClientEnd, String), String>,
+    strict: bool,
+    started: Instant,
+) -> CaseResult {
+    let (evidence, transcript) = match observed {
         Err(why) => (Evidence::failed_to_run(why), vec![]),
         Ok((events, end, log)) => (
             scripted::evidence(case, &events, end),
-            transcript(&events, &log),
+            transcript(&events, &log, started),
         ),
     };
     CaseResult::graded(case, evidence, strict, started, transcript)
 }
 
-fn transcript(events: &[Event], client_log: &str) -> Vec<TranscriptEntry> {
-    let entry = |t_ms: u64, dir: Direction, data: &str| TranscriptEntry {
-        t_ms,
-        conn: "agent".into(),
-        dir,
-        data: truncate(data, TRANSCRIPT_ENTRY_LIMIT),
-    };
-    let mut out: Vec<TranscriptEntry> = events
-        .iter()
-        .take(TRANSCRIPT_ENTRIES)
-        .map(|e| match e {
-            // From the agent's side: what the client sent is received.
-            Event::In { t_ms, line, .. } => entry(*t_ms, Direction::Received, line),
-            Event::Out { t_ms, line } => entry(*t_ms, Direction::Sent, line),
+fn transcript(events: &[Event], client_log: &str, started: Instant) -> Vec<TranscriptEntry> {
+    let mut t = Transcript::new(started);
+    for e in events {
+        // From the agent's side: what the client sent is received.
+        let _ = match e {
+            Event::In { t_ms, line, .. } => t.log_at(*t_ms, "agent", Direction::Received, line),
+            Event::Out { t_ms, line } => t.log_at(*t_ms, "agent", Direction::Sent, line),
             Event::File {
                 t_ms, name, detail, ..
-            } => entry(
+            } => t.log_at(
                 *t_ms,
+                "agent",
                 Direction::Event,
                 &format!("checkFile {name}: {detail}"),
             ),
-        })
-        .collect();
-    if !client_log.trim().is_empty() && out.len() < TRANSCRIPT_ENTRIES {
-        out.push(TranscriptEntry {
-            t_ms: out.last().map_or(0, |e| e.t_ms),
-            conn: "client".into(),
-            dir: Direction::Event,
-            data: truncate(client_log, TRANSCRIPT_ENTRY_LIMIT),
-        });
+        };
     }
-    out
+    if !client_log.trim().is_empty() {
+        t.log_at(t.last_ms(), "client", Direction::Event, client_log);
+    }
+    t.into_entries()
 }
 
 /// Runs the client against the case's scripted agent; returns the agent's
@@ -182,8 +188,12 @@ async fn observe(
     let agent = peer.command.clone();
     let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
     let builtin = {
-        let (agent, work, id) = (agent.clone(), work.clone(), case.id.clone());
-        async move { reference_client(&agent, &work, &id).await }
+        let launcher = Launcher::Command(format!(
+            "cd {} && exec {agent}",
+            shell_quote(&work.display().to_string())
+        ));
+        let (work, id) = (work.clone(), case.id.clone());
+        async move { reference_client(&launcher, &work, &id).await }
     };
     let line = |cmd: &str| {
         format!(
@@ -211,16 +221,59 @@ async fn observe(
     Ok((events, end, log))
 }
 
+/// Runs `client` in this process against the case's scripted agent served
+/// over in-memory pipes, bounded by the case's deadline, and grades it: the
+/// driver with no process (the unit tests').
+pub async fn run_in_memory<F, Fut>(
+    case: &Case<super::ClientCases>,
+    strict: bool,
+    client: F,
+) -> CaseResult
+where
+    F: FnOnce(Launcher, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = (i32, Vec<String>)>,
+{
+    let started = Instant::now();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let script = case.config.clone();
+    let agent = {
+        let lines = lines.clone();
+        Launcher::Memory(Arc::new(move |pipes: Pipes| {
+            let mut peer = Peer::new(script.clone(), Record::Memory(lines.clone()));
+            Box::pin(async move {
+                let _ = serve(&mut peer, pipes.input, pipes.output).await;
+            })
+        }))
+    };
+    let observed = match tempfile::tempdir() {
+        Err(e) => Err(format!("cannot create the client's cwd: {e}")),
+        Ok(work) => {
+            let deadline = started + Duration::from_secs_f64(case.config.deadline_seconds());
+            let ended =
+                tokio::time::timeout_at(deadline, client(agent, work.path().to_path_buf())).await;
+            let ms = started.elapsed().as_millis() as u64;
+            let (end, log) = match ended {
+                Ok((code, log)) => (
+                    ClientEnd::Exited {
+                        code: Some(code),
+                        ms,
+                    },
+                    log.join("\n"),
+                ),
+                Err(_) => (ClientEnd::Stopped { ms }, String::new()),
+            };
+            Ok((crate::peer::read_memory(&lines), end, log))
+        }
+    };
+    graded(case, observed, strict, started)
+}
+
 /// conform's reference client: the workload of the README ("Testing an ACP
-/// client") against the agent `agent_cmd`, in `cwd`. Returns the exit
+/// client") against the agent `agent` starts, in `cwd`. Returns the exit
 /// status and a log.
-pub async fn reference_client(agent_cmd: &str, cwd: &Path, scenario: &str) -> (i32, Vec<String>) {
+pub async fn reference_client(agent: &Launcher, cwd: &Path, scenario: &str) -> (i32, Vec<String>) {
     let mut log = Vec::new();
-    let line = format!(
-        "cd {} && exec {agent_cmd}",
-        shell_quote(&cwd.display().to_string())
-    );
-    let mut stream = match LineStream::spawn(&line, &[], LINE_LIMIT) {
+    let mut stream = match agent.start(&[], Codec::Lines { limit: LINE_LIMIT }) {
         Ok(s) => s,
         Err(e) => {
             log.push(format!("cannot start the agent: {e}"));

@@ -9,13 +9,14 @@ use super::monitor::{Incoming, Monitor};
 use super::steps::{Config, Expect, NamedCheck, Need, Own, Permission, Prompt, Setup, Step};
 use super::table;
 use crate::case::Case;
-use crate::drive::stdio::{AnswerFuture, Answerer, Codec, Session};
+use crate::drive::stdio::{AnswerFuture, Answerer, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
 use crate::step::{Action, Bytes, ReplyRule};
 use crate::transport::process;
-use crate::transport::stdio::{LineStream, StreamEvent};
+use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
+use crate::wire::Codec;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -103,8 +104,8 @@ impl Probe {
 
 /// What every case of a run shares.
 pub struct Context {
-    /// The command line that starts one agent.
-    pub command: String,
+    /// How one agent is started.
+    pub launcher: Launcher,
     pub strict: bool,
     pub probe: Probe,
     pub startup: Duration,
@@ -140,17 +141,23 @@ fn outside_protocol(method: &str, error: &Value) -> Option<String> {
     None
 }
 
-/// Starts one agent with the run's command line.
-fn spawn(command: &str) -> Result<LineStream, String> {
-    LineStream::spawn(command, &[], table::LINE_LIMIT)
-        .map_err(|e| format!("cannot start `{command}`: {e}"))
+/// Starts one agent.
+fn spawn(launcher: &Launcher) -> Result<LineStream, String> {
+    launcher
+        .start(
+            &[],
+            Codec::Lines {
+                limit: table::LINE_LIMIT,
+            },
+        )
+        .map_err(|e| format!("cannot start {launcher:?}: {e}"))
 }
 
 /// Learns what the agent advertises: `initialize` and `session/new` on one
 /// process. An agent that cannot be started or never answers is the target's
 /// failure to start (exit 2), not a case failure.
-pub async fn probe(command: &str, startup: Duration) -> Result<Probe, String> {
-    let mut stream = spawn(command)?;
+pub async fn probe(launcher: &Launcher, startup: Duration) -> Result<Probe, String> {
+    let mut stream = spawn(launcher)?;
     let workspace = super::workspace()?;
     let mut monitor = Monitor::new();
     let mut probe = Probe {
@@ -307,7 +314,7 @@ impl Context {
                 return result(early);
             }
         };
-        let stream = match spawn(&self.command) {
+        let stream = match spawn(&self.launcher) {
             Ok(s) => s,
             Err(e) => {
                 early.error(e);
@@ -323,7 +330,7 @@ impl Context {
                 held: Vec::new(),
             },
             config,
-            s: Session::new(stream, Codec::Lines, "agent", Monitor::new(), started, 0),
+            s: Session::new(stream, "agent", Monitor::new(), started, 0),
             workspace: ws,
         };
         run.s

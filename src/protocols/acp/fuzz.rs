@@ -11,8 +11,8 @@
 //! after lines that are not, that it keeps serving is graded SHOULD, as the
 //! suite's `acp.jsonrpc.parse-error` reading does.
 
-use super::command_for;
 use super::driver::{self, Context};
+use super::launcher_for;
 use super::schema::{self, Side};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
@@ -153,13 +153,13 @@ pub fn start<'a>(
 
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
-        let command = command_for(&target)?;
-        let probe = driver::probe(&command, startup)
+        let launcher = launcher_for(&target)?;
+        let probe = driver::probe(&launcher, startup)
             .await
             .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
         Ok(Harness {
             ctx: Arc::new(Context {
-                command,
+                launcher,
                 strict: false,
                 probe,
                 startup,

@@ -18,6 +18,7 @@ use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
 use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
 use std::sync::Arc;
 use steps::{Need, Step};
 
@@ -123,19 +124,19 @@ pub fn workspace() -> Result<tempfile::TempDir, String> {
     Ok(dir)
 }
 
-/// The command line that starts one agent for `target`.
-pub fn command_for(target: &Target) -> Result<String, RunError> {
+/// How one agent is started for `target`.
+pub fn launcher_for(target: &Target) -> Result<Launcher, RunError> {
     match target {
         Target::Builtin => {
             let exe = std::env::current_exe().map_err(|e| {
                 RunError::Conform(format!("cannot find conform's own executable: {e}"))
             })?;
-            Ok(format!(
+            Ok(Launcher::Command(format!(
                 "exec {} reference --protocol acp",
                 crate::matcher::shell_quote(&exe.display().to_string())
-            ))
+            )))
         }
-        Target::Exec(cmd) => Ok(cmd.clone()),
+        Target::Exec(cmd) => Ok(Launcher::Command(cmd.clone())),
         Target::Unix(_) => Err(RunError::Usage(
             "acp agents speak over stdio: use builtin or exec:<command line>".into(),
         )),
@@ -156,8 +157,8 @@ pub async fn run(
     cases: Vec<Case<AgentCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
-    let command = command_for(&options.target)?;
-    let probe = driver::probe(&command, options.startup_timeout)
+    let launcher = launcher_for(&options.target)?;
+    let probe = driver::probe(&launcher, options.startup_timeout)
         .await
         .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
     let mut notes = Vec::new();
@@ -167,7 +168,7 @@ pub async fn run(
         ));
     }
     let ctx = driver::Context {
-        command,
+        launcher,
         strict: options.strict,
         probe,
         startup: options.startup_timeout,

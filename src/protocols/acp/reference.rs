@@ -5,6 +5,8 @@
 //! whose time ran out; [`serve`] is the stdio loop around it.
 
 use super::schema;
+use crate::transport::serve::{AfterRefusal, Out, Served};
+use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -686,53 +688,51 @@ impl Agent {
 /// parse error and skipped.
 const LINE_LIMIT: usize = 64 * 1024 * 1024;
 
+/// The reference agent as a served peer.
+impl Served for Agent {
+    fn codec(&self) -> Codec {
+        Codec::Lines { limit: LINE_LIMIT }
+    }
+
+    fn handle(&mut self, line: &[u8], now: Instant) -> Vec<Out> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return vec![];
+        }
+        Agent::handle(self, line, now)
+            .into_iter()
+            .map(Out::Message)
+            .collect()
+    }
+
+    fn refused(&mut self, _: &Refused, _: Instant) -> (Vec<Out>, AfterRefusal) {
+        let parse_error = error(&Value::Null, -32700, "Parse error: line too long");
+        (vec![Out::Message(parse_error)], AfterRefusal::Go)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        Agent::next_deadline(self)
+    }
+
+    fn tick(&mut self, now: Instant) -> Vec<Out> {
+        Agent::tick(self, now)
+            .into_iter()
+            .map(Out::Message)
+            .collect()
+    }
+}
+
+/// Serves the reference agent on `input` and `output` until the input ends.
+pub async fn serve_on(
+    input: impl tokio::io::AsyncRead + Unpin,
+    output: impl tokio::io::AsyncWrite + Unpin,
+) -> std::io::Result<()> {
+    crate::transport::serve::serve(&mut Agent::new(), input, output).await
+}
+
 /// Serves the reference agent on this process's stdin and stdout until
 /// stdin ends.
 pub async fn serve() -> std::io::Result<()> {
-    use crate::wire::line::LineDecoder;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
-    let mut agent = Agent::new();
-    let mut decoder = LineDecoder::new(LINE_LIMIT);
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let wake = agent
-            .next_deadline()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        let n = tokio::select! {
-            r = stdin.read(&mut buf) => r?,
-            _ = tokio::time::sleep_until(wake.into()) => {
-                write_all(&mut stdout, agent.tick(Instant::now())).await?;
-                continue;
-            }
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        let mut input = &buf[..n];
-        while !input.is_empty() {
-            let (used, line) = decoder.feed(input);
-            input = &input[used..];
-            let out = match line {
-                None => continue,
-                Some(Ok(line)) if line.iter().all(u8::is_ascii_whitespace) => continue,
-                Some(Ok(line)) => agent.handle(&line, Instant::now()),
-                Some(Err(_)) => vec![error(&Value::Null, -32700, "Parse error: line too long")],
-            };
-            write_all(&mut stdout, out).await?;
-        }
-        stdout.flush().await?;
-    }
-
-    async fn write_all(out: &mut tokio::io::Stdout, messages: Vec<Value>) -> std::io::Result<()> {
-        for m in messages {
-            let mut line = serde_json::to_vec(&m).unwrap_or_default();
-            line.push(b'\n');
-            out.write_all(&line).await?;
-        }
-        out.flush().await
-    }
+    serve_on(tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 #[cfg(test)]

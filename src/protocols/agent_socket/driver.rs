@@ -13,10 +13,9 @@ use crate::outcome::{CaseResult, Direction, SkipKind, TRANSCRIPT_ENTRY_LIMIT, Tr
 use crate::step::{Action, Bytes, Outgoing, ReplyRule};
 use crate::transport::budget::Held;
 use crate::transport::process::describe_status;
-use crate::transport::unix::{self, ReadOutcome};
+use crate::transport::unix::{self, Connector, ReadOutcome};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,9 +49,9 @@ pub struct Declared {
     pub sandbox_declared_none: bool,
 }
 
-/// A server under test, reachable on `socket`.
+/// A server under test, reached through `connector`.
 pub struct Session {
-    pub socket: PathBuf,
+    pub connector: Connector,
     /// The spawned target's exit status, when conform started it.
     pub exit: Option<watch::Receiver<Option<ExitStatus>>>,
     pub strict: bool,
@@ -63,12 +62,12 @@ pub struct Session {
 
 impl Session {
     pub fn new(
-        socket: PathBuf,
+        connector: Connector,
         exit: Option<watch::Receiver<Option<ExitStatus>>>,
         strict: bool,
     ) -> Self {
         Session {
-            socket,
+            connector,
             exit,
             strict,
             declared: Declared::default(),
@@ -123,7 +122,7 @@ impl Session {
             "bulk64k",
             json!("x".repeat(table::HELPER_REQUEST_CHUNK_BYTES)),
         );
-        let outcome = match unix::connect(&self.socket, CONNECT_WITHIN).await {
+        let outcome = match self.connector.connect(CONNECT_WITHIN).await {
             Ok(mut stream) => match unix::write_all(&mut stream, &line, deadline).await {
                 Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
                 Err(e) => ReadOutcome::Failed {
@@ -320,7 +319,7 @@ fn raw_request_id(bytes: &[u8]) -> Option<Option<Value>> {
 
 /// Writes `bytes`, stopping at each pause for its time.
 async fn write_paced(
-    stream: &mut tokio::net::UnixStream,
+    stream: &mut (impl tokio::io::AsyncWrite + Unpin + ?Sized),
     bytes: &[u8],
     pauses: &[Pause],
     deadline: Instant,
@@ -534,7 +533,7 @@ impl CaseRun<'_> {
         let conn_name = step.name.clone().unwrap_or_else(|| format!("c{index}"));
         let expect = step.expect.clone();
         let want_rest = expect.as_ref().is_some_and(|e| e.nothing_after);
-        let socket = self.session.socket.clone();
+        let connector = self.session.connector.clone();
         let transcript = self.transcript.clone();
         let started = self.started;
         let close = step.extra.close;
@@ -543,7 +542,7 @@ impl CaseRun<'_> {
         let name = conn_name.clone();
         let task = async move {
             let deadline = Instant::now() + Duration::from_secs_f64(deadline_s);
-            let mut stream = match unix::connect(&socket, CONNECT_WITHIN).await {
+            let mut stream = match connector.connect(CONNECT_WITHIN).await {
                 Ok(s) => s,
                 Err(e) => {
                     return Pending {
@@ -552,7 +551,7 @@ impl CaseRun<'_> {
                         deadline_s,
                         deadline_why,
                         outcome: ReadOutcome::Failed {
-                            error: format!("cannot connect to {}: {e}", socket.display()),
+                            error: format!("cannot connect to {connector}: {e}"),
                             partial: Held::unmetered(Vec::new()),
                         },
                         rest: None,
@@ -755,8 +754,14 @@ impl CaseRun<'_> {
 
     fn check_socket_mode(&mut self) {
         use std::os::unix::fs::PermissionsExt;
-        let path = &self.session.socket;
         // "The caller runs a server on a Unix socket it created with mode 0600 inside a 0700 directory."
+        let Some(path) = self.session.connector.path() else {
+            self.ev.skip(
+                "the server is in conform's own process: no socket file to check",
+                SkipKind::Outside,
+            );
+            return;
+        };
         match std::fs::symlink_metadata(path) {
             Ok(m) => {
                 let mode = m.permissions().mode() & 0o777;

@@ -17,6 +17,7 @@ use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
+use crate::transport::unix::Connector;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -187,7 +188,7 @@ impl Harness {
 
     async fn session(started: &Started) -> Session {
         let exit = started.spawned.as_ref().map(|s| s.status_watch());
-        let mut session = Session::new(started.socket.clone(), exit, false);
+        let mut session = Session::new(Connector::Unix(started.socket.clone()), exit, false);
         session.handshake().await;
         session
     }

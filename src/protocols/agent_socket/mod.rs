@@ -19,6 +19,7 @@ use crate::runner;
 use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
+use crate::transport::unix::Connector;
 use driver::Session;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -316,7 +317,11 @@ pub async fn run(
 ) -> Result<RunReport, RunError> {
     let mut started = start(&options.target, options.startup_timeout).await?;
     let exit = started.spawned.as_ref().map(|s| s.status_watch());
-    let mut session = Session::new(started.socket.clone(), exit, options.strict);
+    let mut session = Session::new(
+        Connector::Unix(started.socket.clone()),
+        exit,
+        options.strict,
+    );
     session.handshake().await;
     let mut notes = Vec::new();
     if let Some(why) = &session.declared.handshake_failed {

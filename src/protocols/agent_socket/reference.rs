@@ -7,6 +7,7 @@
 use super::table::{self, METHODS};
 use super::validate;
 use crate::jsonrpc::ErrorCode;
+use crate::transport::unix::Connector;
 use crate::wire::{LineDecoder, LineError};
 use base64::Engine;
 use nix::sys::signal::{Signal, killpg};
@@ -17,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixListener;
 
 /// The longest request line the reference reads: Vibe's own reply limit.
 pub const REQUEST_LIMIT_BYTES: usize = table::REPLY_LIMIT_BYTES;
@@ -368,8 +369,19 @@ pub async fn serve(listener: UnixListener, config: Arc<Config>, running: Running
     }
 }
 
+/// The reference server in this process, reached over in-memory pipes:
+/// each connection served as one on the socket is.
+pub fn memory(config: Arc<Config>, running: Running) -> Connector {
+    Connector::Memory(Arc::new(move |stream| {
+        let (config, running) = (config.clone(), running.clone());
+        tokio::spawn(async move {
+            let _ = connection(stream, &config, &running).await;
+        });
+    }))
+}
+
 async fn connection(
-    mut stream: UnixStream,
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
     config: &Config,
     running: &Running,
 ) -> std::io::Result<()> {
@@ -425,7 +437,7 @@ async fn connection(
     write_reply(&mut stream, &reply).await
 }
 
-async fn write_reply(stream: &mut UnixStream, reply: &Value) -> std::io::Result<()> {
+async fn write_reply(stream: &mut (impl AsyncWrite + Unpin), reply: &Value) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
     line.push(b'\n');
     stream.write_all(&line).await?;

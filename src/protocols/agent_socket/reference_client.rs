@@ -6,9 +6,9 @@
 use super::table;
 use super::validate::{self, DeclaredSandbox};
 use crate::matcher;
+use crate::transport::unix::Connector;
 use crate::transport::unix::{self, ReadOutcome};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -200,9 +200,10 @@ pub fn check_result(planned: &Planned, result: &Value) -> Result<(), Failure> {
 }
 
 /// Sends one request on a new connection and reads its reply line.
-async fn exchange(socket: &Path, line: &[u8], wait: f64) -> Result<Vec<u8>, Failure> {
+async fn exchange(socket: &Connector, line: &[u8], wait: f64) -> Result<Vec<u8>, Failure> {
     let deadline = Instant::now() + Duration::from_secs_f64(wait);
-    let mut stream = unix::connect(socket, Duration::from_secs(5))
+    let mut stream = socket
+        .connect(Duration::from_secs(5))
         .await
         .map_err(|e| Failure::Connection(format!("cannot connect: {e}")))?;
     unix::write_all(&mut stream, line, deadline)
@@ -227,7 +228,7 @@ async fn exchange(socket: &Path, line: &[u8], wait: f64) -> Result<Vec<u8>, Fail
 
 /// Runs the workload against the server on `socket`; returns the exit
 /// status and a log line per request for whoever reads the client's stderr.
-pub async fn run(socket: &Path) -> (i32, Vec<String>) {
+pub async fn run(socket: &Connector) -> (i32, Vec<String>) {
     let mut log = Vec::new();
     let mut id = 0;
     let mut call = async |method: &str, params: Value, wait: f64| {

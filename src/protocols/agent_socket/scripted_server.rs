@@ -9,16 +9,16 @@ use crate::case::Case;
 use crate::error::RunError;
 use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
-use crate::outcome::{CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TranscriptEntry};
+use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
-use crate::transport::unix::{self, ReadOutcome};
+use crate::transport::unix::{self, Connector, ReadOutcome};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -54,7 +54,7 @@ struct Record {
     /// Orders the events of all connections (see [`Exchange::opened_seq`]).
     events: Arc<std::sync::atomic::AtomicU64>,
     exchanges: Arc<Mutex<Vec<Exchange>>>,
-    transcript: Arc<Mutex<Vec<TranscriptEntry>>>,
+    transcript: Arc<Mutex<Transcript>>,
 }
 
 impl Record {
@@ -78,17 +78,51 @@ impl Record {
     }
 
     fn log_as(&self, conn: String, dir: Direction, bytes: &[u8]) {
-        let entry = TranscriptEntry {
-            t_ms: self.ms(),
-            conn,
-            dir,
-            data: crate::outcome::transcript_text(bytes),
-        };
-        if let Ok(mut t) = self.transcript.lock()
-            && t.len() < TRANSCRIPT_ENTRIES
-        {
-            t.push(entry);
+        if let Ok(mut t) = self.transcript.lock() {
+            t.log(&conn, dir, bytes);
         }
+    }
+
+    fn new(started: Instant) -> Record {
+        Record {
+            started,
+            events: Arc::default(),
+            exchanges: Arc::default(),
+            transcript: Arc::new(Mutex::new(Transcript::new(started))),
+        }
+    }
+
+    /// A new connection's exchange; `None` past [`MAX_CONNECTIONS`].
+    fn open(&self) -> Option<usize> {
+        let mut all = self.exchanges.lock().ok()?;
+        if all.len() >= MAX_CONNECTIONS {
+            return None;
+        }
+        all.push(Exchange {
+            opened_ms: self.ms(),
+            opened_seq: self.seq(),
+            ..Exchange::default()
+        });
+        Some(all.len() - 1)
+    }
+
+    /// What conform saw of the client, once it ended as `end`.
+    fn observation(&self, end: ClientEnd) -> Observation {
+        let mut exchanges = self.exchanges.lock().map(|e| e.clone()).unwrap_or_default();
+        if let ClientEnd::Stopped { ms } = end {
+            // Closes that came of conform stopping the client are not the client's.
+            for e in &mut exchanges {
+                e.closed_ms = e.closed_ms.filter(|c| *c <= ms);
+            }
+        }
+        Observation { exchanges, end }
+    }
+
+    fn transcript(&self) -> Vec<TranscriptEntry> {
+        self.transcript
+            .lock()
+            .map(|t| t.entries().to_vec())
+            .unwrap_or_default()
     }
 
     fn update(&self, conn: usize, f: impl FnOnce(&mut Exchange)) {
@@ -98,6 +132,20 @@ impl Record {
             f(e);
         }
     }
+}
+
+/// What the client did, graded.
+fn graded(
+    case: &Case<super::ClientCases>,
+    observed: Result<(Script, Observation), String>,
+    record: &Record,
+    strict: bool,
+) -> CaseResult {
+    let evidence = match observed {
+        Err(why) => Evidence::failed_to_run(why),
+        Ok((script, obs)) => scripted::evidence(case, &script, &obs),
+    };
+    CaseResult::graded(case, evidence, strict, record.started, record.transcript())
 }
 
 async fn run_nth(
@@ -115,24 +163,75 @@ async fn run_case(
     python: &str,
     strict: bool,
 ) -> CaseResult {
-    let started = Instant::now();
-    let record = Record {
-        started,
-        events: Arc::default(),
-        exchanges: Arc::default(),
-        transcript: Arc::default(),
-    };
+    let record = Record::new(Instant::now());
     let observed = observe(case, target, python, &record).await;
-    let transcript = record
-        .transcript
-        .lock()
-        .map(|t| t.clone())
-        .unwrap_or_default();
-    let evidence = match observed {
-        Err(why) => Evidence::failed_to_run(why),
-        Ok((script, obs)) => scripted::evidence(case, &script, &obs),
-    };
-    CaseResult::graded(case, evidence, strict, started, transcript)
+    graded(case, observed, &record, strict)
+}
+
+/// Runs `client` in this process against the case's scripted server over
+/// in-memory connections, bounded by the case's deadline, and grades it:
+/// the driver with no socket and no process (the unit tests').
+pub async fn run_in_memory<F, Fut>(
+    case: &Case<super::ClientCases>,
+    python: &str,
+    strict: bool,
+    client: F,
+) -> CaseResult
+where
+    F: FnOnce(Connector) -> Fut,
+    Fut: std::future::Future<Output = (i32, Vec<String>)>,
+{
+    let record = Record::new(Instant::now());
+    let observed = async {
+        let dir = super::private_dir("conform-asc-").map_err(|e| e.to_string())?;
+        let script = Arc::new(Script::new(
+            &case.config,
+            &dir.path().display().to_string(),
+            python,
+        )?);
+        let deadline = record.started + Duration::from_secs_f64(case.config.deadline_seconds());
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let connector = {
+            let (script, record, tasks) = (script.clone(), record.clone(), tasks.clone());
+            Connector::Memory(Arc::new(move |stream| {
+                if let Some(index) = record.open() {
+                    let t = tokio::spawn(answer(
+                        stream,
+                        index,
+                        script.clone(),
+                        record.clone(),
+                        deadline,
+                    ));
+                    if let Ok(mut all) = tasks.lock() {
+                        all.push(t);
+                    }
+                }
+            }))
+        };
+        let end = match tokio::time::timeout_at(deadline, client(connector)).await {
+            Ok((code, log)) => {
+                record.log_client(&log.join("\n"));
+                ClientEnd::Exited {
+                    code: Some(code),
+                    signal: None,
+                    ms: record.ms(),
+                }
+            }
+            Err(_) => ClientEnd::Stopped { ms: record.ms() },
+        };
+        tokio::time::sleep(SETTLE).await;
+        for t in tasks
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default()
+        {
+            t.abort();
+        }
+        let script = Arc::try_unwrap(script).unwrap_or_else(|s| (*s).clone());
+        Ok((script, record.observation(end)))
+    }
+    .await;
+    graded(case, observed, &record, strict)
 }
 
 /// Serves the case's script, runs the client to its end or the case's
@@ -163,20 +262,9 @@ async fn observe(
     tokio::time::sleep(SETTLE).await;
     server.abort();
     let _ = server.await;
-    let mut exchanges = record
-        .exchanges
-        .lock()
-        .map(|e| e.clone())
-        .unwrap_or_default();
-    if let ClientEnd::Stopped { ms } = end {
-        // Closes that came of conform stopping the client are not the client's.
-        for e in &mut exchanges {
-            e.closed_ms = e.closed_ms.filter(|c| *c <= ms);
-        }
-    }
     drop(dir);
     let script = Arc::try_unwrap(script).unwrap_or_else(|s| (*s).clone());
-    Ok((script, Observation { exchanges, end }))
+    Ok((script, record.observation(end)))
 }
 
 /// Starts the client and waits for its end, bounded by `deadline`.
@@ -189,8 +277,8 @@ async fn run_client(
 ) -> Result<ClientEnd, String> {
     match target {
         Target::Builtin => {
-            let path = socket.to_path_buf();
-            let task = tokio::spawn(async move { reference_client::run(&path).await });
+            let connector = Connector::Unix(socket.to_path_buf());
+            let task = tokio::spawn(async move { reference_client::run(&connector).await });
             let abort = task.abort_handle();
             match tokio::time::timeout_at(deadline, task).await {
                 Ok(Ok((code, log))) => {
@@ -252,19 +340,8 @@ async fn serve(listener: UnixListener, script: Arc<Script>, record: Record, dead
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let index = {
-            let Ok(mut all) = record.exchanges.lock() else {
-                return;
-            };
-            if all.len() >= MAX_CONNECTIONS {
-                continue;
-            }
-            all.push(Exchange {
-                opened_ms: record.ms(),
-                opened_seq: record.seq(),
-                ..Exchange::default()
-            });
-            all.len() - 1
+        let Some(index) = record.open() else {
+            continue;
         };
         conns.spawn(answer(
             stream,
@@ -279,7 +356,7 @@ async fn serve(listener: UnixListener, script: Arc<Script>, record: Record, dead
 /// One connection: read the request line, answer it as scripted, then
 /// watch for anything more and for the client's close.
 async fn answer(
-    mut stream: UnixStream,
+    mut stream: impl unix::Conn + 'static,
     conn: usize,
     script: Arc<Script>,
     record: Record,

@@ -10,22 +10,127 @@ use super::table::Tier;
 use crate::case::Case;
 use crate::error::RunError;
 use crate::evidence::Evidence;
-use crate::matcher::truncate;
-use crate::outcome::{
-    CaseResult, Direction, RunReport, TRANSCRIPT_ENTRIES, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry,
-};
+use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
+use crate::peer::Record;
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process;
-use crate::transport::stdio::{LineStream, StreamEvent};
-use crate::wire::frame::{FrameDecoder, encode};
+use crate::transport::serve::{AfterRefusal, Out, Served, serve};
+use crate::transport::stdio::{Launcher, LineStream, Pipes, StreamEvent};
+use crate::wire::frame::encode;
+use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
+
+/// The scripted host as a served peer, writing down every frame it
+/// exchanges: its pid first, then its hello.
+pub struct Peer {
+    host: ScriptedHost,
+    record: Record,
+    started: Instant,
+    /// Served by a process of its own, whose pid the record starts with.
+    own_process: bool,
+}
+
+impl Peer {
+    pub fn new(script: Script, record: Record) -> Peer {
+        Peer {
+            host: ScriptedHost::new(script),
+            record,
+            started: Instant::now(),
+            own_process: true,
+        }
+    }
+
+    /// The peer served inside conform, in memory.
+    pub fn in_memory(script: Script, record: Record) -> Peer {
+        Peer {
+            own_process: false,
+            ..Peer::new(script, record)
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// The messages as served, each written down.
+    fn out(&mut self, messages: Vec<Value>) -> Vec<Out> {
+        for m in &messages {
+            let t_ms = self.ms();
+            self.record.write(&Event::Out {
+                t_ms,
+                payload: m.to_string(),
+            });
+        }
+        messages.into_iter().map(Out::Message).collect()
+    }
+}
+
+impl Served for Peer {
+    fn codec(&self) -> Codec {
+        Codec::Frames
+    }
+
+    fn greet(&mut self, _: std::time::Instant) -> Vec<Out> {
+        if self.own_process {
+            self.record.write(&Event::Pid {
+                pid: std::process::id(),
+            });
+        }
+        let hello = self.host.hello();
+        self.out(vec![hello])
+    }
+
+    fn handle(&mut self, payload: &[u8], now: std::time::Instant) -> Vec<Out> {
+        let t_ms = self.ms();
+        self.record.write(&Event::In {
+            t_ms,
+            payload: String::from_utf8_lossy(payload).into_owned(),
+        });
+        let (messages, broke) = self.host.handle(payload, now);
+        let mut out = self.out(messages);
+        if broke {
+            out.push(Out::Raw(scripted::BAD_FRAME.to_vec()));
+            let t_ms = self.ms();
+            self.record.write(&Event::BrokeFrame { t_ms });
+        }
+        out
+    }
+
+    /// A host whose framing is lost stops reading; it waits for the core to
+    /// end it.
+    fn refused(&mut self, why: &Refused, _: std::time::Instant) -> (Vec<Out>, AfterRefusal) {
+        let t_ms = self.ms();
+        let why = match why {
+            Refused::Broken(why) => why.clone(),
+            Refused::TooLong { limit } => format!("a frame over {limit} bytes"),
+        };
+        self.record.write(&Event::BadFrame { t_ms, why });
+        (vec![], AfterRefusal::Drain)
+    }
+
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.host.next_deadline()
+    }
+
+    fn tick(&mut self, now: std::time::Instant) -> Vec<Out> {
+        let due = self.host.tick(now);
+        self.out(due)
+    }
+
+    fn done(&self) -> bool {
+        self.host.done()
+    }
+
+    fn closed(&mut self, _: std::time::Instant) {
+        let t_ms = self.ms();
+        self.record.write(&Event::Closed { t_ms });
+    }
+}
 
 /// Serves the scripted host of `script` on framed stdio, appending every
 /// event to `record`, until stdin closes, a broken frame arrives, or
@@ -33,97 +138,8 @@ use tokio::time::Instant;
 pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
     let script: Script = serde_json::from_slice(&std::fs::read(script)?)
         .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
-    let mut host = ScriptedHost::new(script);
-    let mut rec = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(record)?;
-    let started = Instant::now();
-    let ms = || started.elapsed().as_millis() as u64;
-    let mut log = |e: &Event| -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        rec.write_all(&line)
-    };
-    log(&Event::Pid {
-        pid: std::process::id(),
-    })?;
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
-    async fn write(
-        out: &mut tokio::io::Stdout,
-        messages: &[Value],
-        log: &mut dyn FnMut(&Event) -> std::io::Result<()>,
-        t_ms: u64,
-    ) -> std::io::Result<()> {
-        for m in messages {
-            let payload = serde_json::to_vec(m).map_err(std::io::Error::other)?;
-            log(&Event::Out {
-                t_ms,
-                payload: String::from_utf8_lossy(&payload).into_owned(),
-            })?;
-            if let Some(frame) = encode(&payload) {
-                out.write_all(&frame).await?;
-            }
-        }
-        out.flush().await
-    }
-    write(&mut stdout, &[host.hello()], &mut log, ms()).await?;
-    let mut decoder = FrameDecoder::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut ticker = tokio::time::interval(Duration::from_millis(10));
-    loop {
-        let n = tokio::select! {
-            r = stdin.read(&mut buf) => r?,
-            _ = ticker.tick() => {
-                let due = host.tick();
-                if !due.is_empty() {
-                    write(&mut stdout, &due, &mut log, ms()).await?;
-                }
-                continue;
-            }
-        };
-        if n == 0 {
-            log(&Event::Closed { t_ms: ms() })?;
-            return Ok(());
-        }
-        let mut input = &buf[..n];
-        while !input.is_empty() {
-            let (used, got) = decoder.feed(input);
-            input = &input[used..];
-            match got {
-                None => {}
-                Some(Ok(payload)) => {
-                    log(&Event::In {
-                        t_ms: ms(),
-                        payload: String::from_utf8_lossy(&payload).into_owned(),
-                    })?;
-                    let (out, broke) = host.handle(&payload);
-                    write(&mut stdout, &out, &mut log, ms()).await?;
-                    if broke {
-                        stdout.write_all(scripted::BAD_FRAME).await?;
-                        stdout.flush().await?;
-                        log(&Event::BrokeFrame { t_ms: ms() })?;
-                    }
-                    if host.done() {
-                        return Ok(());
-                    }
-                }
-                Some(Err(e)) => {
-                    log(&Event::BadFrame {
-                        t_ms: ms(),
-                        why: e.to_string(),
-                    })?;
-                    // A host whose framing is lost stops reading; it waits
-                    // for the core to end it.
-                    let mut sink = vec![0u8; 64 * 1024];
-                    while stdin.read(&mut sink).await? > 0 {}
-                    log(&Event::Closed { t_ms: ms() })?;
-                    return Ok(());
-                }
-            }
-        }
-    }
+    let mut peer = Peer::new(script, Record::append_to(&record)?);
+    serve(&mut peer, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 pub async fn run(
@@ -159,56 +175,108 @@ async fn run_case(
     strict: bool,
 ) -> CaseResult {
     let started = Instant::now();
-    let (evidence, transcript) = match observe(case, target, exe, started).await {
+    let observed = observe(case, target, exe, started).await;
+    graded(case, observed, strict, started)
+}
+
+/// What the core did, graded.
+fn graded(
+    case: &Case<super::CoreCases>,
+    observed: Result<(Vec<Event>, CoreEnd, String), String>,
+    strict: bool,
+    started: Instant,
+) -> CaseResult {
+    let (evidence, transcript) = match observed {
         Err(why) => (Evidence::failed_to_run(why), vec![]),
         Ok((events, end, log)) => (
             scripted::evidence(case, &events, end),
-            transcript(&events, &log),
+            transcript(&events, &log, started),
         ),
     };
     CaseResult::graded(case, evidence, strict, started, transcript)
 }
 
-fn transcript(events: &[Event], core_log: &str) -> Vec<TranscriptEntry> {
-    let entry = |t_ms: u64, dir: Direction, data: &str| TranscriptEntry {
-        t_ms,
-        conn: "host".into(),
-        dir,
-        data: truncate(data, TRANSCRIPT_ENTRY_LIMIT),
-    };
-    let mut out: Vec<TranscriptEntry> = events
-        .iter()
-        .filter_map(|e| match e {
+fn transcript(events: &[Event], core_log: &str, started: Instant) -> Vec<TranscriptEntry> {
+    let mut t = Transcript::new(started);
+    for e in events {
+        let _ = match e {
             Event::Pid { .. } => None,
-            Event::In { t_ms, payload } => Some(entry(*t_ms, Direction::Received, payload)),
-            Event::Out { t_ms, payload } => Some(entry(*t_ms, Direction::Sent, payload)),
-            Event::BadFrame { t_ms, why } => Some(entry(
+            Event::In { t_ms, payload } => t.log_at(*t_ms, "host", Direction::Received, payload),
+            Event::Out { t_ms, payload } => t.log_at(*t_ms, "host", Direction::Sent, payload),
+            Event::BadFrame { t_ms, why } => t.log_at(
                 *t_ms,
+                "host",
                 Direction::Event,
                 &format!("a broken frame from the core: {why}"),
-            )),
-            Event::BrokeFrame { t_ms } => Some(entry(
+            ),
+            Event::BrokeFrame { t_ms } => t.log_at(
                 *t_ms,
+                "host",
                 Direction::Event,
                 "the host wrote a frame with a bad magic",
-            )),
-            Event::Closed { t_ms } => Some(entry(
+            ),
+            Event::Closed { t_ms } => t.log_at(
                 *t_ms,
+                "host",
                 Direction::Event,
                 "the core closed the host's stdin",
-            )),
-        })
-        .take(TRANSCRIPT_ENTRIES)
-        .collect();
-    if !core_log.trim().is_empty() && out.len() < TRANSCRIPT_ENTRIES {
-        out.push(TranscriptEntry {
-            t_ms: out.last().map_or(0, |e| e.t_ms),
-            conn: "core".into(),
-            dir: Direction::Event,
-            data: truncate(core_log, TRANSCRIPT_ENTRY_LIMIT),
-        });
+            ),
+        };
     }
-    out
+    if !core_log.trim().is_empty() {
+        t.log_at(t.last_ms(), "core", Direction::Event, core_log);
+    }
+    t.into_entries()
+}
+
+/// Runs `core` in this process against the case's scripted host served over
+/// in-memory pipes, bounded by the case's deadline, and grades it: the
+/// driver with no process (the unit tests').
+pub async fn run_in_memory<F, Fut>(
+    case: &Case<super::CoreCases>,
+    strict: bool,
+    core: F,
+) -> CaseResult
+where
+    F: FnOnce(Launcher) -> Fut,
+    Fut: std::future::Future<Output = (i32, Vec<String>)>,
+{
+    let started = Instant::now();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let script = case.config.clone();
+    let host = {
+        let (lines, ended) = (lines.clone(), ended.clone());
+        Launcher::Memory(Arc::new(move |pipes: Pipes| {
+            let mut peer = Peer::in_memory(script.clone(), Record::Memory(lines.clone()));
+            let ended = ended.clone();
+            Box::pin(async move {
+                let _ = serve(&mut peer, pipes.input, pipes.output).await;
+                ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        }))
+    };
+    let deadline = started + Duration::from_secs_f64(case.config.deadline_seconds());
+    let finished = tokio::time::timeout_at(deadline, core(host)).await;
+    let ms = started.elapsed().as_millis() as u64;
+    // Give the host a moment to see its stdin close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, log) = match finished {
+        Ok((code, log)) => (Some(code), log.join("\n")),
+        Err(_) => (None, String::new()),
+    };
+    let end = CoreEnd {
+        code,
+        stopped: code.is_none(),
+        ms,
+        host_outlived: !ended.load(std::sync::atomic::Ordering::SeqCst),
+    };
+    graded(
+        case,
+        Ok((crate::peer::read_memory(&lines), end, log)),
+        strict,
+        started,
+    )
 }
 
 async fn observe(
@@ -224,8 +292,9 @@ async fn observe(
     let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
     let ms = || started.elapsed().as_millis() as u64;
     let builtin = {
-        let (host, tier) = (host.clone(), script.tier);
-        async move { reference_core(&host, tier).await }
+        let launcher = Launcher::Command(format!("exec {host}"));
+        let tier = script.tier;
+        async move { reference_core(&launcher, tier).await }
     };
     let env = [
         ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
@@ -276,10 +345,10 @@ async fn observe(
 }
 
 /// conform's reference core: the workload of the README ("Testing a
-/// core") against the host `host_cmd` of `tier`.
-pub async fn reference_core(host_cmd: &str, tier: Tier) -> (i32, Vec<String>) {
+/// core") against the host of `tier` that `host` starts.
+pub async fn reference_core(host: &Launcher, tier: Tier) -> (i32, Vec<String>) {
     let mut log = Vec::new();
-    let mut stream = match LineStream::spawn_framed(&format!("exec {host_cmd}"), &[]) {
+    let mut stream = match host.start(&[], Codec::Frames) {
         Ok(s) => s,
         Err(e) => {
             log.push(format!("cannot start the host: {e}"));

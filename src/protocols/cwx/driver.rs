@@ -7,13 +7,13 @@ use super::steps::{Expect, NamedCheck, Need, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::Case;
-use crate::drive::stdio::{self, AnswerFuture, Answerer, Codec, Session};
+use crate::drive::stdio::{self, AnswerFuture, Answerer, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
 use crate::step::{Action, Bytes, ReplyRule};
-use crate::transport::stdio::LineStream;
+use crate::transport::stdio::Launcher;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -60,7 +60,8 @@ impl std::str::FromStr for Extension {
 
 /// What every case of a run shares.
 pub struct Context {
-    pub command: String,
+    /// How one host is started.
+    pub launcher: Launcher,
     pub tier: Tier,
     pub strict: bool,
     pub extension: Option<Extension>,
@@ -339,7 +340,7 @@ impl Context {
             early.skip("the case is for a builtin-tier host", SkipKind::Declared);
             return result(early);
         }
-        let stream = match LineStream::spawn_framed(&self.command, &[]) {
+        let stream = match self.launcher.start(&[], crate::wire::Codec::Frames) {
             Ok(s) => s,
             Err(e) => {
                 early.error(format!("cannot start the host: {e}"));
@@ -348,14 +349,7 @@ impl Context {
         };
         let mut run = CaseRun {
             ctx: self,
-            s: Session::new(
-                stream,
-                Codec::Frames,
-                "host",
-                HostWatch::new(self.tier),
-                started,
-                1,
-            ),
+            s: Session::new(stream, "host", HostWatch::new(self.tier), started, 1),
             role: CoreRole::default(),
         };
         run.s.vars.set("tier", json!(self.tier.name()));

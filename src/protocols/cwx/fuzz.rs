@@ -23,7 +23,7 @@
 
 use super::driver::{Context, Extension};
 use super::table::{self, Direction, Tier};
-use super::{command_for, preflight, reference, validate};
+use super::{launcher_for, preflight, reference, validate};
 use crate::error::RunError;
 use crate::fuzz::strategies::{self as strat, Message, Pause};
 use crate::fuzz::{self, ResetFuture};
@@ -196,15 +196,15 @@ impl Harness {
         startup: Duration,
         timeout: f64,
     ) -> Result<Self, RunError> {
-        let command = command_for(&target, tier)?;
-        preflight(&command, startup).await?;
+        let launcher = launcher_for(&target, tier)?;
+        preflight(&launcher, startup).await?;
         let extension = matches!(target, Target::Builtin).then(|| Extension {
             path: reference::TOY_ENTRY.into(),
             sha256: reference::TOY_SHA256.into(),
         });
         Ok(Harness {
             ctx: Arc::new(Context {
-                command,
+                launcher,
                 tier,
                 strict: false,
                 extension,

@@ -17,6 +17,7 @@ use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
 use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
 use std::sync::Arc;
 use std::time::Duration;
 use steps::{Need, Step};
@@ -111,11 +112,12 @@ fn serve_reference(options: suite::ReferenceOptions) -> BoxFuture<'static, Resul
 /// Starts the host once: one that cannot be started, or ends without
 /// writing a byte, is the target's failure to start (exit 2), not a case
 /// failure. Anything it writes, even garbage, lets the cases say what is wrong.
-async fn preflight(command: &str, startup: Duration) -> Result<(), RunError> {
+async fn preflight(launcher: &Launcher, startup: Duration) -> Result<(), RunError> {
     use crate::transport::process;
-    use crate::transport::stdio::{LineStream, StreamEvent};
-    let mut stream = LineStream::spawn_framed(command, &[])
-        .map_err(|e| RunError::Target(format!("cannot start `{command}`: {e}")))?;
+    use crate::transport::stdio::StreamEvent;
+    let mut stream = launcher
+        .start(&[], crate::wire::Codec::Frames)
+        .map_err(|e| RunError::Target(format!("cannot start {launcher:?}: {e}")))?;
     let first = stream.next(tokio::time::Instant::now() + startup).await;
     let silent_end =
         matches!(&first, Some((_, StreamEvent::Closed { partial })) if partial.is_empty());
@@ -140,20 +142,20 @@ async fn preflight(command: &str, startup: Duration) -> Result<(), RunError> {
     Ok(())
 }
 
-/// The command line that starts one host for `target`.
-fn command_for(target: &Target, tier: Tier) -> Result<String, RunError> {
+/// How one host is started for `target`.
+fn launcher_for(target: &Target, tier: Tier) -> Result<Launcher, RunError> {
     match target {
         Target::Builtin => {
             let exe = std::env::current_exe().map_err(|e| {
                 RunError::Conform(format!("cannot find conform's own executable: {e}"))
             })?;
-            Ok(format!(
+            Ok(Launcher::Command(format!(
                 "exec {} reference --protocol cwx --tier {}",
                 crate::matcher::shell_quote(&exe.display().to_string()),
                 tier.name()
-            ))
+            )))
         }
-        Target::Exec(cmd) => Ok(cmd.clone()),
+        Target::Exec(cmd) => Ok(Launcher::Command(cmd.clone())),
         Target::Unix(_) => Err(RunError::Usage(
             "cwx hosts speak over stdio: use builtin or exec:<command line>".into(),
         )),
@@ -173,8 +175,8 @@ pub async fn run(
     cases: Vec<Case<HostCases>>,
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
-    let command = command_for(&options.target, options.tier)?;
-    preflight(&command, options.startup_timeout).await?;
+    let launcher = launcher_for(&options.target, options.tier)?;
+    preflight(&launcher, options.startup_timeout).await?;
     let extension = match (&options.target, &options.extension) {
         (_, Some(x)) => Some(x.clone()),
         (Target::Builtin, None) => Some(driver::Extension {
@@ -184,7 +186,7 @@ pub async fn run(
         _ => None,
     };
     let ctx = driver::Context {
-        command,
+        launcher,
         tier: options.tier,
         strict: options.strict,
         extension,

@@ -5,8 +5,11 @@
 
 use super::table::{Direction, Tier, code};
 use super::validate;
+use crate::transport::serve::{AfterRefusal, Out, Served};
+use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 
 /// The path of the built-in toy extension's entry, and its digest.
 pub const TOY_ENTRY: &str = "/conform/toy-extension/index.js";
@@ -34,8 +37,10 @@ pub struct Host {
     next_id: u64,
     handles: BTreeMap<u64, (Registration, String)>,
     activating: Option<Activating>,
-    /// In-flight tool calls held by `delay_ms`: request id -> (answer, ticks left).
-    held: BTreeMap<u64, (Value, u32)>,
+    /// In-flight tool calls held by `delay_ms`: request id -> (answer, when due).
+    held: BTreeMap<u64, (Value, Instant)>,
+    /// The time of the payload being handled.
+    now: Instant,
     initialized: bool,
     /// Set by `host/shutdown`: the loop ends after writing.
     pub done: bool,
@@ -57,6 +62,7 @@ impl Host {
             handles: BTreeMap::new(),
             activating: None,
             held: BTreeMap::new(),
+            now: Instant::now(),
             initialized: false,
             done: false,
         }
@@ -74,8 +80,14 @@ impl Host {
         }})
     }
 
-    /// Handles one payload from the core; returns the messages to write.
+    /// Handles one payload from the core now; returns the messages to write.
     pub fn handle(&mut self, payload: &[u8]) -> Vec<Value> {
+        self.handle_at(payload, Instant::now())
+    }
+
+    /// Handles one payload from the core at `now`.
+    pub fn handle_at(&mut self, payload: &[u8], now: Instant) -> Vec<Value> {
+        self.now = now;
         let Ok(value) = serde_json::from_slice::<Value>(payload) else {
             return vec![error(
                 &Value::Null,
@@ -282,11 +294,12 @@ impl Host {
                     id,
                     json!({"content": [{"type": "text", "text": text}], "is_error": false}),
                 );
-                // `delay_ms` holds the call (in 10 ms ticks) so a case can cancel it.
+                // `delay_ms` holds the call so a case can cancel it.
                 if let Some(ms) = input.get("delay_ms").and_then(Value::as_u64)
                     && let Some(n) = id.as_u64()
                 {
-                    self.held.insert(n, (r, (ms / 10).max(1) as u32));
+                    let due = self.now + std::time::Duration::from_millis(ms.max(1));
+                    self.held.insert(n, (r, due));
                     return vec![];
                 }
                 r
@@ -306,12 +319,11 @@ impl Host {
         vec![answer]
     }
 
-    /// Advances held calls by one 10 ms tick; returns the answers now due.
-    pub fn tick(&mut self) -> Vec<Value> {
+    /// The answers of held calls due by `now`.
+    pub fn tick(&mut self, now: Instant) -> Vec<Value> {
         let mut due = Vec::new();
-        self.held.retain(|_, (answer, left)| {
-            *left = left.saturating_sub(1);
-            if *left == 0 {
+        self.held.retain(|_, (answer, at)| {
+            if *at <= now {
                 due.push(answer.clone());
                 false
             } else {
@@ -320,64 +332,66 @@ impl Host {
         });
         due
     }
+
+    /// When the next held call is due.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.held.values().map(|(_, at)| *at).min()
+    }
 }
 
-/// Serves the reference host of `tier` on stdin/stdout until stdin ends.
+/// The reference host as a served peer: its hello first, then answers.
 /// A frame that breaks the stream ends the host ("bad magic or length ends
 /// the host instead of desynchronising it").
+impl Served for Host {
+    fn codec(&self) -> Codec {
+        Codec::Frames
+    }
+
+    fn greet(&mut self, _: Instant) -> Vec<Out> {
+        vec![Out::Message(self.hello())]
+    }
+
+    fn handle(&mut self, payload: &[u8], now: Instant) -> Vec<Out> {
+        self.handle_at(payload, now)
+            .into_iter()
+            .map(Out::Message)
+            .collect()
+    }
+
+    fn refused(&mut self, why: &Refused, _: Instant) -> (Vec<Out>, AfterRefusal) {
+        eprintln!("conform reference host: {why:?}; ending");
+        (vec![], AfterRefusal::Stop)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        Host::next_deadline(self)
+    }
+
+    fn tick(&mut self, now: Instant) -> Vec<Out> {
+        Host::tick(self, now)
+            .into_iter()
+            .map(Out::Message)
+            .collect()
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Serves the reference host of `tier` on `input` and `output` until the
+/// input ends, a frame breaks, or `host/shutdown`.
+pub async fn serve_on(
+    tier: Tier,
+    input: impl tokio::io::AsyncRead + Unpin,
+    output: impl tokio::io::AsyncWrite + Unpin,
+) -> std::io::Result<()> {
+    crate::transport::serve::serve(&mut Host::new(tier), input, output).await
+}
+
+/// Serves the reference host of `tier` on this process's stdin and stdout.
 pub async fn serve(tier: Tier) -> std::io::Result<()> {
-    use crate::wire::frame::{FrameDecoder, encode};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
-    let mut host = Host::new(tier);
-    let mut decoder = FrameDecoder::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    async fn write(out: &mut tokio::io::Stdout, messages: Vec<Value>) -> std::io::Result<()> {
-        for m in messages {
-            let payload = serde_json::to_vec(&m).unwrap_or_default();
-            if let Some(frame) = encode(&payload) {
-                out.write_all(&frame).await?;
-            }
-        }
-        out.flush().await
-    }
-    write(&mut stdout, vec![host.hello()]).await?;
-    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(10));
-    loop {
-        let n = tokio::select! {
-            r = stdin.read(&mut buf) => r?,
-            _ = ticker.tick() => {
-                let due = host.tick();
-                if !due.is_empty() {
-                    write(&mut stdout, due).await?;
-                }
-                continue;
-            }
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        let mut input = &buf[..n];
-        while !input.is_empty() {
-            let (used, got) = decoder.feed(input);
-            input = &input[used..];
-            match got {
-                None => {}
-                Some(Ok(payload)) => {
-                    let out = host.handle(&payload);
-                    write(&mut stdout, out).await?;
-                    if host.done {
-                        return Ok(());
-                    }
-                }
-                Some(Err(e)) => {
-                    eprintln!("conform reference host: {e}; ending");
-                    return Ok(());
-                }
-            }
-        }
-    }
+    serve_on(tier, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 #[cfg(test)]

@@ -184,14 +184,14 @@ impl ScriptedHost {
 
     /// The messages to write for one payload from the core, and whether to
     /// write the broken frame after them.
-    pub fn handle(&mut self, payload: &[u8]) -> (Vec<Value>, bool) {
+    pub fn handle(&mut self, payload: &[u8], now: std::time::Instant) -> (Vec<Value>, bool) {
         let method = crate::jsonrpc::parse_json(payload)
             .ok()
             .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_owned));
         if self.script.silent_tool_call && method.as_deref() == Some("tool/call") {
             return (vec![], false);
         }
-        let out = self.host.handle(payload);
+        let out = self.host.handle_at(payload, now);
         let broke = self.script.bad_frame_after_ready
             && out
                 .iter()
@@ -199,8 +199,12 @@ impl ScriptedHost {
         (out, broke)
     }
 
-    pub fn tick(&mut self) -> Vec<Value> {
-        self.host.tick()
+    pub fn tick(&mut self, now: std::time::Instant) -> Vec<Value> {
+        self.host.tick(now)
+    }
+
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.host.next_deadline()
     }
 
     pub fn done(&self) -> bool {
