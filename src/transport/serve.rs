@@ -147,6 +147,77 @@ pub async fn serve(
     }
 }
 
+/// Test support: a served peer bent into a deviation, served in memory.
+#[cfg(test)]
+pub mod testing {
+    use super::*;
+    use crate::transport::stdio::{Launcher, Pipes};
+    use std::sync::Arc;
+
+    /// `inner` with `bend` applied to every message it writes; a message
+    /// `bend` returns false for is not written at all.
+    pub struct Bent<S, F> {
+        pub inner: S,
+        pub bend: F,
+    }
+
+    impl<S: Served, F: FnMut(&mut Value) -> bool + Send> Bent<S, F> {
+        fn bent(&mut self, out: Vec<Out>) -> Vec<Out> {
+            out.into_iter()
+                .filter_map(|o| match o {
+                    Out::Message(mut m) => (self.bend)(&mut m).then_some(Out::Message(m)),
+                    raw => Some(raw),
+                })
+                .collect()
+        }
+    }
+
+    impl<S: Served, F: FnMut(&mut Value) -> bool + Send> Served for Bent<S, F> {
+        fn codec(&self) -> Codec {
+            self.inner.codec()
+        }
+        fn greet(&mut self, now: Instant) -> Vec<Out> {
+            let out = self.inner.greet(now);
+            self.bent(out)
+        }
+        fn handle(&mut self, payload: &[u8], now: Instant) -> Vec<Out> {
+            let out = self.inner.handle(payload, now);
+            self.bent(out)
+        }
+        fn refused(&mut self, why: &Refused, now: Instant) -> (Vec<Out>, AfterRefusal) {
+            let (out, then) = self.inner.refused(why, now);
+            (self.bent(out), then)
+        }
+        fn next_deadline(&self) -> Option<Instant> {
+            self.inner.next_deadline()
+        }
+        fn tick(&mut self, now: Instant) -> Vec<Out> {
+            let out = self.inner.tick(now);
+            self.bent(out)
+        }
+        fn done(&self) -> bool {
+            self.inner.done()
+        }
+    }
+
+    /// A target served in memory: a fresh `make()` bent by `bend` each start.
+    pub fn memory<S, M>(make: M, bend: fn(&mut Value) -> bool) -> Launcher
+    where
+        S: Served + 'static,
+        M: Fn() -> S + Send + Sync + 'static,
+    {
+        Launcher::Memory(Arc::new(move |pipes: Pipes| {
+            let mut peer = Bent {
+                inner: make(),
+                bend,
+            };
+            Box::pin(async move {
+                let _ = serve(&mut peer, pipes.input, pipes.output).await;
+            })
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -423,3 +423,57 @@ async fn workload(
     log.push(format!("the turn ended: {}", done["stopReason"]));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::Kind;
+    use crate::outcome::{Outcome, SkipKind};
+
+    fn case(id: &str) -> Case<super::super::ClientCases> {
+        crate::case::load::<super::super::ClientCases>(&[])
+            .unwrap()
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reference_client_passes_over_the_in_memory_channel() {
+        let c = case("acp/client/prompt/turn");
+        let r = run_in_memory(&c, false, |agent, cwd| async move {
+            reference_client(&agent, &cwd, "t").await
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_skips_initialize_breaks_a_typed_rule() {
+        let c = case("acp/client/prompt/turn");
+        let r = run_in_memory(&c, false, |agent, _| async move {
+            let mut s = agent.start(&[], Codec::Lines { limit: LINE_LIMIT }).unwrap();
+            let new = br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/tmp","mcpServers":[]}}"#;
+            let _ = s.send(&[&new[..], b"\n"].concat(), WAIT).await;
+            let _ = s.next(Instant::now() + WAIT).await;
+            (0, vec![])
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(scripted::rules::INITIALIZE_FIRST))
+            .expect("the initialize-first rule");
+        assert_eq!(f.kind, Kind::Rule);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_ends_is_stopped_at_the_case_deadline() {
+        let c = case("acp/client/prompt/turn");
+        let r = run_in_memory(&c, false, |_, _| std::future::pending()).await;
+        assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
+        assert_eq!(r.skip_kind, Some(SkipKind::Outside));
+        assert!(r.message.contains("conform stopped it"), "{}", r.message);
+    }
+}

@@ -948,6 +948,74 @@ impl CaseRun<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::Outcome;
+    use crate::transport::serve::testing::memory;
+
+    const TURN: &str = r#"{"id":"t/turn","title":"a turn","level":"MUST","requirements":["acp.prompt.stop-reason"],
+        "steps":[{"prompt":{"text":"hello"},"expect":{"result":{"stopReason":"end_turn"}}}]}"#;
+
+    /// The case `json` against the reference agent bent by `bend`, in memory.
+    async fn run(bend: fn(&mut Value) -> bool, json: &str) -> CaseResult {
+        let launcher = memory(super::super::reference::Agent::new, bend);
+        let probe = probe(&launcher, Duration::from_secs(10)).await.unwrap();
+        let ctx = Context {
+            launcher,
+            strict: false,
+            probe,
+            startup: Duration::from_secs(10),
+        };
+        let case = crate::case::parse_cases::<super::super::AgentCases>("test", json)
+            .unwrap()
+            .remove(0);
+        ctx.run_case(&case).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_turn_passes_over_the_in_memory_channel() {
+        let r = run(|_| true, TURN).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+        assert!(r.findings.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_reason_the_schema_lacks_is_a_typed_schema_finding() {
+        let r = run(
+            |m| {
+                if let Some(reason) = m.pointer_mut("/result/stopReason") {
+                    *reason = json!("done");
+                }
+                true
+            },
+            TURN,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let schema = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(super::super::monitor::rules::SCHEMA))
+            .expect("a schema finding");
+        assert_eq!(schema.kind, Kind::Shape);
+        let mismatch = r
+            .findings
+            .iter()
+            .find(|f| f.kind == Kind::Mismatch)
+            .unwrap();
+        assert_eq!(mismatch.expected.as_deref(), Some("\"end_turn\""));
+        assert_eq!(mismatch.actual.as_deref(), Some("\"done\""));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_never_ends_is_a_missing_answer_at_the_prompt_deadline() {
+        let r = run(|m| m.pointer("/result/stopReason").is_none(), TURN).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+        assert!(
+            r.findings[0].message.contains("nothing within 60s"),
+            "{}",
+            r.message
+        );
+    }
 
     #[test]
     fn auth_and_model_failures_are_outside_the_protocol() {

@@ -1207,3 +1207,70 @@ fn describe_failed_read(outcome: &ReadOutcome, deadline_s: f64) -> String {
         ReadOutcome::Failed { error, .. } => error.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::transport::unix::Connector;
+    use tokio::io::AsyncWriteExt;
+
+    const INITIALIZE: &str = r#"{"id":"t/init","title":"the handshake","level":"MUST","requirements":["as.handshake.version"],
+        "steps":[{"send":{"method":"agent/initialize","params":{"protocolVersion":2,"vibeVersion":"${vibeVersion}"}},
+                  "expect":{"result":{"protocolVersion":2},"envelope":true},"deadline":5}]}"#;
+
+    /// The case `json` against the server `connector` reaches.
+    async fn run(connector: Connector, json: &str) -> CaseResult {
+        let mut session = Session::new(connector, None, false);
+        session.handshake().await;
+        let case = crate::case::parse_cases::<super::super::ServerCases>("test", json)
+            .unwrap()
+            .remove(0);
+        session.run_case(&case).await
+    }
+
+    /// A server in memory that answers each request line with `reply` (none
+    /// for `None`) and keeps the connection open.
+    fn answering(reply: Option<&'static str>) -> Connector {
+        Connector::Memory(Arc::new(move |mut stream| {
+            tokio::spawn(async move {
+                let far = Instant::now() + Duration::from_secs(3600);
+                let _ = unix::read_line(&mut stream, 1 << 20, far).await;
+                if let Some(r) = reply {
+                    let _ = stream.write_all(r.as_bytes()).await;
+                }
+                tokio::time::sleep_until(far).await;
+            });
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_handshake_passes_against_the_reference_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Arc::new(super::super::reference::Config {
+            workspace: dir.path().to_path_buf(),
+            python: super::super::reference::find_python(),
+        });
+        let running = super::super::reference::Running::default();
+        let r = run(super::super::reference::memory(config, running), INITIALIZE).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_with_another_id_is_a_typed_envelope_finding() {
+        let reply = "{\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{\"protocolVersion\":2,\"workspace\":null,\"python\":null,\"tools\":[]}}\n";
+        let r = run(answering(Some(reply)), INITIALIZE).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings.len(), 1, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Envelope);
+        assert_eq!(r.findings[0].requirement, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_replies_is_missing_its_reply_at_the_deadline() {
+        let r = run(answering(None), INITIALIZE).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+        assert!(r.message.contains("no reply within 5s"), "{}", r.message);
+    }
+}

@@ -453,3 +453,61 @@ async fn answer(
         record.log(conn, Direction::Event, b"the client closed the connection");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::Kind;
+    use crate::outcome::Outcome;
+
+    fn case(id: &str) -> Case<super::super::ClientCases> {
+        crate::case::load::<super::super::ClientCases>(&[])
+            .unwrap()
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap()
+    }
+
+    fn python() -> String {
+        reference::find_python()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reference_client_passes_over_in_memory_connections() {
+        let c = case("agent-socket/client/workload/valid");
+        let r = run_in_memory(&c, &python(), false, |server| async move {
+            reference_client::run(&server).await
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_is_not_compact_breaks_a_typed_rule() {
+        let c = case("agent-socket/client/workload/valid");
+        let r = run_in_memory(&c, &python(), false, |server| async move {
+            let mut conn = server.connect(Duration::from_secs(1)).await.unwrap();
+            let line = b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"agent/initialize\", \"params\": {\"protocolVersion\": 2, \"vibeVersion\": \"3.0.3\"}}\n";
+            let _ = conn.write_all(line).await;
+            let _ = unix::read_line(&mut conn, 1 << 20, Instant::now() + Duration::from_secs(5)).await;
+            (0, vec![])
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(scripted::rules::COMPACT))
+            .expect("the compact rule");
+        assert_eq!(f.kind, Kind::Framing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_ends_is_stopped_at_the_case_deadline() {
+        let c = case("agent-socket/client/workload/valid");
+        let r = run_in_memory(&c, &python(), false, |_| std::future::pending()).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+        assert!(r.message.contains("conform stopped it"), "{}", r.message);
+    }
+}

@@ -515,3 +515,62 @@ async fn workload(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::Kind;
+    use crate::outcome::Outcome;
+
+    fn case(id: &str) -> Case<super::super::CoreCases> {
+        crate::case::load::<super::super::CoreCases>(&[])
+            .unwrap()
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reference_core_passes_over_the_in_memory_channel() {
+        let c = case("cwx/core/workload/plugin");
+        let r = run_in_memory(&c, false, |host| async move {
+            reference_core(&host, Tier::Plugin).await
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_core_that_sends_a_method_of_no_table_breaks_a_typed_rule() {
+        let c = case("cwx/core/workload/plugin");
+        let r = run_in_memory(&c, false, |host| async move {
+            let mut s = host.start(&[], Codec::Frames).unwrap();
+            let _ = s.next(Instant::now() + WAIT).await;
+            let frame = encode(br#"{"jsonrpc":"2.0","id":1,"method":"host/bogus","params":{}}"#);
+            let _ = s.send(&frame.unwrap_or_default(), WAIT).await;
+            let _ = s.next(Instant::now() + Duration::from_secs(1)).await;
+            (0, vec![])
+        })
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(scripted::rules::FRAMES))
+            .expect("the frames rule");
+        assert_eq!(f.kind, Kind::Shape);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_core_that_never_ends_is_stopped_at_the_case_deadline() {
+        let c = case("cwx/core/workload/plugin");
+        let r = run_in_memory(&c, false, |_| std::future::pending()).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+        assert!(
+            r.message.contains("never sent host/initialize"),
+            "{}",
+            r.message
+        );
+    }
+}

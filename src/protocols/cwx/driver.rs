@@ -665,3 +665,60 @@ impl CaseRun<'_> {
         self.s.conclude(method, &answer, found);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::transport::serve::testing::memory;
+
+    const PING: &str = r#"{"id":"t/ping","title":"ping","level":"MUST","requirements":["cwx.ping"],
+        "steps":[{"send":{"method":"host/ping"},"expect":{"result":{}}}]}"#;
+
+    /// The case `json` against the plugin-tier reference host bent by `bend`, in memory.
+    async fn run(bend: fn(&mut Value) -> bool, json: &str) -> CaseResult {
+        let ctx = Context {
+            launcher: memory(|| super::super::reference::Host::new(Tier::Plugin), bend),
+            tier: Tier::Plugin,
+            strict: false,
+            extension: None,
+            startup: Duration::from_secs(10),
+        };
+        let case = crate::case::parse_cases::<super::super::HostCases>("test", json)
+            .unwrap()
+            .remove(0);
+        ctx.run_case(&case).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ping_passes_over_the_in_memory_channel() {
+        let r = run(|_| true, PING).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_field_the_core_does_not_know_is_a_typed_strictness_finding() {
+        let r = run(
+            |m| {
+                if m["method"] == "host/hello" {
+                    m["params"]["mood"] = json!("cheerful");
+                }
+                true
+            },
+            PING,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings.len(), 1, "the exchange ends at the first error");
+        assert_eq!(r.findings[0].requirement.as_deref(), Some(rules::STRICT));
+        assert_eq!(r.findings[0].kind, Kind::Shape);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_that_never_says_hello_is_missing_it_at_the_startup_bound() {
+        let r = run(|m| m["method"] != "host/hello", PING).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+        assert_eq!(r.message, "setup: no host/hello within 10s");
+    }
+}
