@@ -11,7 +11,10 @@ use std::fmt;
 
 /// A JSON-RPC error code. An open space: a code the target sends that has no
 /// name here survives into the report as it was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct ErrorCode(pub i64);
 
 impl ErrorCode {

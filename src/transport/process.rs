@@ -18,7 +18,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 
 /// How much of a target's stderr (and unused stdout) a report keeps: the tail.
@@ -66,6 +66,18 @@ pub enum Stdio3 {
     CaptureOutput,
     /// stdin and stdout are the protocol stream; stderr goes into a tail.
     Pipes,
+    /// stdin is /dev/null; stdout and stderr are the caller's to read (a
+    /// sandbox command, a terminal).
+    Output,
+}
+
+/// What a spawned process runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Program<'a> {
+    /// A command line, run by `/bin/sh -c`.
+    Shell(&'a str),
+    /// A program and its arguments, run as they are.
+    Argv(&'a str, &'a [String]),
 }
 
 /// The environment variable that marks every process of one target:
@@ -132,6 +144,8 @@ pub struct Spawned {
     pub stdout: Arc<Mutex<Tail>>,
     pub stdin: Option<ChildStdin>,
     pub stdout_pipe: Option<ChildStdout>,
+    /// stderr, for [`Stdio3::Output`].
+    pub stderr_pipe: Option<ChildStderr>,
     finished: bool,
 }
 
@@ -142,14 +156,40 @@ pub fn spawn(
     env: &[(&str, &std::ffi::OsStr)],
     stdio: Stdio3,
 ) -> std::io::Result<Spawned> {
+    spawn_in(Program::Shell(command_line), None, env, stdio)
+}
+
+/// Starts `program` in `cwd` (by default conform's) in a process group of
+/// its own, with `env` added to its environment and marked as one target
+/// ([`TARGET_ID_ENV`]): every process conform starts goes through here, so
+/// every one is ended with its group and found by the exit sweep.
+pub fn spawn_in(
+    program: Program<'_>,
+    cwd: Option<&std::path::Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+    stdio: Stdio3,
+) -> std::io::Result<Spawned> {
     static SPAWNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let token = format!(
         "{}-{}",
         std::process::id(),
         SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c").arg(command_line);
+    let mut cmd = match program {
+        Program::Shell(line) => {
+            let mut cmd = Command::new("/bin/sh");
+            cmd.arg("-c").arg(line);
+            cmd
+        }
+        Program::Argv(program, args) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args);
+            cmd
+        }
+    };
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -163,6 +203,9 @@ pub fn spawn(
         Stdio3::Pipes => {
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
         }
+        Stdio3::Output => {
+            cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        }
     }
     // A backstop only: `shutdown` (or Drop) kills the whole group.
     cmd.kill_on_drop(true);
@@ -171,8 +214,13 @@ pub fn spawn(
     let stderr = Arc::new(Mutex::new(Tail::default()));
     let stdout = Arc::new(Mutex::new(Tail::default()));
     let (stderr_done_tx, stderr_done) = watch::channel(false);
-    if let Some(err) = child.stderr.take() {
+    let mut stderr_pipe = child.stderr.take();
+    if stdio != Stdio3::Output
+        && let Some(err) = stderr_pipe.take()
+    {
         tokio::spawn(drain(err, stderr.clone(), stderr_done_tx));
+    } else {
+        let _ = stderr_done_tx.send(true);
     }
     let mut stdout_pipe = child.stdout.take();
     if stdio == Stdio3::CaptureOutput
@@ -195,6 +243,7 @@ pub fn spawn(
         stdout,
         stdin,
         stdout_pipe,
+        stderr_pipe,
         finished: false,
     })
 }

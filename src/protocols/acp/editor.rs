@@ -4,12 +4,12 @@
 //! when the case ends. Permission requests get the case's scripted answer.
 
 use super::steps::Permission;
+use crate::transport::process;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -54,6 +54,8 @@ struct Terminal {
     pid: i32,
     output: Arc<Mutex<Output>>,
     status: watch::Receiver<Option<std::process::ExitStatus>>,
+    /// The command's process group, ended with the terminal at the latest.
+    _process: process::Spawned,
 }
 
 #[derive(Default)]
@@ -247,25 +249,23 @@ impl Editor {
             .and_then(Value::as_u64)
             .map(|l| (l as usize).min(OUTPUT_MAX))
             .unwrap_or(OUTPUT_DEFAULT);
-        let mut cmd = tokio::process::Command::new(command);
-        cmd.args(&args)
-            .current_dir(&cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        if let Some(env) = params.get("env").and_then(Value::as_array) {
-            for v in env {
-                if let (Some(n), Some(val)) = (
-                    v.get("name").and_then(Value::as_str),
-                    v.get("value").and_then(Value::as_str),
-                ) {
-                    cmd.env(n, val);
-                }
-            }
-        }
-        let mut child = match cmd.spawn() {
+        let env: Vec<(&str, &std::ffi::OsStr)> = params
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                let name = v.get("name").and_then(Value::as_str)?;
+                let value = v.get("value").and_then(Value::as_str)?;
+                Some((name, std::ffi::OsStr::new(value)))
+            })
+            .collect();
+        let mut child = match process::spawn_in(
+            process::Program::Argv(command, &args),
+            Some(&cwd),
+            &env,
+            process::Stdio3::Output,
+        ) {
             Ok(c) => c,
             Err(e) => return Answer::error(-32603, format!("cannot run {command:?}: {e}")),
         };
@@ -275,11 +275,11 @@ impl Editor {
         }));
         for pipe in [
             child
-                .stdout
+                .stdout_pipe
                 .take()
                 .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
             child
-                .stderr
+                .stderr_pipe
                 .take()
                 .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
         ]
@@ -300,12 +300,7 @@ impl Editor {
                 }
             });
         }
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        let (tx, rx) = watch::channel(None);
-        tokio::spawn(async move {
-            let status = child.wait().await.ok();
-            let _ = tx.send(status);
-        });
+        let (pid, rx) = (child.pid(), child.status_watch());
         self.next_terminal += 1;
         let id = format!("term-{}", self.next_terminal);
         self.created.push(id.clone());
@@ -315,6 +310,7 @@ impl Editor {
                 pid,
                 output,
                 status: rx,
+                _process: child,
             },
         );
         Answer::Result(json!({"terminalId": id}))

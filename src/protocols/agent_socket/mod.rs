@@ -156,13 +156,16 @@ pub(crate) fn private_dir(prefix: &str) -> Result<tempfile::TempDir, RunError> {
     Ok(dir)
 }
 
-/// Listens on `socket`, which is left mode 0600.
+/// Listens on `socket`, then makes it mode 0600. The process-wide umask is
+/// left alone: changing it around the bind raced every other bind and spawn
+/// of a parallel run. Until the chmod the socket has the umask's mode; the
+/// sockets conform binds live in 0700 directories ([`private_dir`]), where
+/// no one else can reach them meanwhile.
 pub fn bind_private(socket: &Path) -> std::io::Result<tokio::net::UnixListener> {
-    // Bind with a umask that leaves the socket 0600.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let l = tokio::net::UnixListener::bind(socket);
-    nix::sys::stat::umask(old);
-    l
+    use std::os::unix::fs::PermissionsExt;
+    let listener = tokio::net::UnixListener::bind(socket)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
 /// Starts the builtin reference server on a socket in a fresh directory.
@@ -271,7 +274,9 @@ async fn start(target: &Target, startup: Duration) -> Result<Started, RunError> 
 }
 
 /// Ends whatever `start` began and says how it went.
-async fn stop(started: &mut Started, notes: &mut Vec<String>) {
+/// `clean_end`: say so too when the target ended as asked (a run's report
+/// does; the fuzzer's notes only say what went wrong).
+async fn stop(started: &mut Started, notes: &mut Vec<String>, clean_end: bool) {
     if let Some((task, running)) = started.builtin.take() {
         task.abort();
         let _ = task.await;
@@ -289,10 +294,11 @@ async fn stop(started: &mut Started, notes: &mut Vec<String>) {
                 "the target ignored SIGTERM for {}s and was killed",
                 process::TERM_GRACE.as_secs()
             )),
-            None => notes.push(format!(
+            None if clean_end => notes.push(format!(
                 "the target {} after SIGTERM",
                 process::describe_status(status)
             )),
+            None => {}
         }
         let stderr = sp.stderr_tail();
         if !stderr.trim().is_empty() {
@@ -328,6 +334,6 @@ pub async fn run(
         notes.push(format!("the handshake failed: {why}"));
     }
     let results = runner::run_with(cases, options.jobs, session, run_nth, progress).await;
-    stop(&mut started, &mut notes).await;
+    stop(&mut started, &mut notes, true).await;
     Ok(SERVER.report(options, results, notes))
 }

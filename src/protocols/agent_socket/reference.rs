@@ -7,6 +7,7 @@
 use super::table::{self, METHODS};
 use super::validate;
 use crate::jsonrpc::ErrorCode;
+use crate::transport::process;
 use crate::transport::unix::Connector;
 use crate::wire::{LineDecoder, LineError};
 use base64::Engine;
@@ -15,7 +16,6 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -256,7 +256,12 @@ async fn read_capped(mut r: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, boo
     (out, over)
 }
 
-/// Runs a command as the sandbox: `sh -c` in `cwd`, in its own process group.
+/// How long a command with `timeout: null` may run: without bound, as far
+/// as a timer goes.
+const UNBOUNDED: Duration = Duration::from_secs(365 * 86400);
+
+/// Runs a command as the sandbox: `sh -c` in `cwd`, in its own process
+/// group, started through `transport::process` as every process conform starts.
 pub async fn execute(
     running: &Running,
     id: Value,
@@ -271,13 +276,12 @@ pub async fn execute(
             json!({"exitCode": 2, "stdout": "", "stderr": format!("sh: cannot cd to {cwd}: no such directory\n")}),
         );
     }
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c").arg(command).current_dir(cwd);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd.process_group(0).kill_on_drop(true);
-    let mut child = match cmd.spawn() {
+    let mut child = match process::spawn_in(
+        process::Program::Shell(command),
+        Some(Path::new(cwd)),
+        &[],
+        process::Stdio3::Output,
+    ) {
         Ok(c) => c,
         Err(e) => {
             return error(
@@ -287,29 +291,26 @@ pub async fn execute(
             );
         }
     };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let pgid = child.pid();
     running.add(pgid);
-    let out = tokio::spawn(read_capped(
-        child.stdout.take().expect("piped"),
-        OUTPUT_LIMIT_BYTES,
-    ));
-    let err = tokio::spawn(read_capped(
-        child.stderr.take().expect("piped"),
-        OUTPUT_LIMIT_BYTES,
-    ));
+    let (Some(stdout), Some(stderr)) = (child.stdout_pipe.take(), child.stderr_pipe.take()) else {
+        return error(
+            id,
+            ErrorCode::INTERNAL_ERROR,
+            "the command has no output pipes",
+        );
+    };
+    let out = tokio::spawn(read_capped(stdout, OUTPUT_LIMIT_BYTES));
+    let err = tokio::spawn(read_capped(stderr, OUTPUT_LIMIT_BYTES));
     let kill = || {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     };
-    let waited = match timeout {
-        Some(t) => tokio::time::timeout(Duration::from_secs_f64(t), child.wait())
-            .await
-            .ok(),
-        None => Some(child.wait().await),
-    };
-    let reply = match waited {
+    // `timeout: null`: no limit of the reference's own (Vibe bounds its wait).
+    let within = timeout.map_or(UNBOUNDED, Duration::from_secs_f64);
+    let reply = match child.wait_for_exit(within).await {
         None => {
             kill();
-            let _ = child.wait().await;
+            let _ = child.wait_for_exit(Duration::from_secs(5)).await;
             // "A request that outlives its timeout is answered with the JSON-RPC error code -32001."
             error(
                 id,
@@ -320,12 +321,7 @@ pub async fn execute(
                 ),
             )
         }
-        Some(Err(e)) => error(
-            id,
-            ErrorCode::INTERNAL_ERROR,
-            format!("waiting for the command failed: {e}"),
-        ),
-        Some(Ok(status)) => {
+        Some(status) => {
             // The group may hold background processes that keep the pipes open.
             kill();
             let (stdout, o_over) = out.await.unwrap_or_default();

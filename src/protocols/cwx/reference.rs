@@ -5,6 +5,7 @@
 
 use super::table::{Direction, Tier, code};
 use super::validate;
+use crate::jsonrpc::ErrorCode;
 use crate::transport::serve::{AfterRefusal, Out, Served};
 use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
@@ -50,7 +51,7 @@ fn result(id: &Value, r: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": r})
 }
 
-fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
+fn error(id: &Value, code: ErrorCode, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
@@ -446,7 +447,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "tool/call",
             "params": {"handle": 99, "call_id": "c", "input": {}, "deadline_ms": 1000}}),
         );
-        assert_eq!(out[0]["error"]["code"], code::NOT_AVAILABLE);
+        assert_eq!(out[0]["error"]["code"], code::NOT_AVAILABLE.0);
         let out = send(
             &mut h,
             json!({"jsonrpc": "2.0", "id": 2, "method": "ext/activate", "params": {
@@ -457,7 +458,7 @@ mod tests {
             &mut h,
             json!({"jsonrpc": "2.0", "id": 3, "method": "conform/unknown", "params": {}}),
         );
-        assert_eq!(out[0]["error"]["code"], code::METHOD_NOT_FOUND);
+        assert_eq!(out[0]["error"]["code"], code::METHOD_NOT_FOUND.0);
         assert!(
             send(
                 &mut h,

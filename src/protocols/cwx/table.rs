@@ -131,20 +131,24 @@ pub const PROTOCOL_VERSION: u64 = 1;
 pub const MAX_INFLIGHT: usize = 256;
 
 /// JSON-RPC error codes used on this channel.
+/// The seed's error codes: JSON-RPC 2.0's and its own, in the one open
+/// space of codes ([`ErrorCode`]).
 pub mod code {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL: i64 = -32603;
+    use crate::jsonrpc::ErrorCode;
+
+    pub const PARSE_ERROR: ErrorCode = ErrorCode::PARSE_ERROR;
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode::INVALID_REQUEST;
+    pub const METHOD_NOT_FOUND: ErrorCode = ErrorCode::METHOD_NOT_FOUND;
+    pub const INVALID_PARAMS: ErrorCode = ErrorCode::INVALID_PARAMS;
+    pub const INTERNAL: ErrorCode = ErrorCode::INTERNAL_ERROR;
     /// "a tool body threw"
-    pub const EXECUTION_FAILED: i64 = -32000;
+    pub const EXECUTION_FAILED: ErrorCode = ErrorCode(-32000);
     /// "Unknown, revoked, or not-yet-active handle."
-    pub const NOT_AVAILABLE: i64 = -32001;
-    pub const REFUSED: i64 = -32002;
-    pub const DENIED: i64 = -32003;
+    pub const NOT_AVAILABLE: ErrorCode = ErrorCode(-32001);
+    pub const REFUSED: ErrorCode = ErrorCode(-32002);
+    pub const DENIED: ErrorCode = ErrorCode(-32003);
     /// "Cancelled by `$/cancel`."
-    pub const CANCELLED: i64 = -32800;
+    pub const CANCELLED: ErrorCode = ErrorCode(-32800);
 }
 
 #[cfg(test)]
@@ -216,5 +220,16 @@ mod tests {
         }
         assert_eq!(crate::wire::frame::MAX_FRAME, 32 * 1024 * 1024);
         assert_eq!(MAX_INFLIGHT, 256);
+        assert_eq!(
+            [
+                code::NOT_AVAILABLE,
+                code::CANCELLED,
+                code::REFUSED,
+                code::DENIED,
+                code::EXECUTION_FAILED
+            ]
+            .map(|c| c.0),
+            [-32001, -32800, -32002, -32003, -32000]
+        );
     }
 }
