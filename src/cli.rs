@@ -12,7 +12,6 @@ use crate::report::{self, Format};
 use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, RunOptions, Suite};
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -273,7 +272,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         };
         let options = RunOptions {
             target: target.clone(),
-            jobs: args.jobs.unwrap_or_else(default_jobs).max(1),
+            jobs: args.jobs.unwrap_or_else(RunOptions::default_jobs).max(1),
             strict: args.strict,
             startup_timeout: Duration::from_secs_f64(startup),
             tier: args.tier,
@@ -304,36 +303,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         crate::certify::write(dir, &bundle)?;
     }
     let with_list = !progress.listed_on_stdout();
-    let text = match (reports.as_slice(), args.format) {
-        ([one], Format::Human) => report::human(one, with_list),
-        ([one], format) => report::render(one, format),
-        (all, format) => report::matrix::render(all, format, with_list),
-    };
-    let text = match args.format {
-        // JSON and JUnit escape what they carry; text formats would pass a
-        // target's NUL bytes and terminal escapes straight to a terminal.
-        Format::Human | Format::Markdown | Format::Html => report::printable(&text),
-        _ => text,
-    };
-    match &args.output {
-        Some(path) => std::fs::write(path, &text)
-            .map_err(|e| RunError::Conform(format!("cannot write {}: {e}", path.display())))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
-        }
-    }
+    report::emit(&reports, args.format, with_list, args.output.as_deref())?;
     Ok(report::matrix::exit_code(&reports))
-}
-
-/// Cases at once when `-j` is not given: twice the cores, at least four.
-fn default_jobs() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .max(2)
-        * 2
 }
 
 /// One target's run of the selected cases, with the baseline applied;
@@ -383,32 +354,15 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
         )));
     };
     let timeout = bounded("--timeout", args.timeout, 600.0)?;
-    if let Some(d) = args.duration
-        && !(d > 0.0 && d <= 7.0 * 86400.0)
-    {
-        return Err(RunError::Usage("--duration is between 0 and a week".into()));
-    }
-    if args.cases == Some(0) {
-        return Err(RunError::Usage(
-            "--cases 0 runs nothing: a run of zero inputs proves nothing".into(),
-        ));
-    }
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64 ^ u64::from(std::process::id()))
-            .unwrap_or(1)
-    });
+    let (cases, duration) = crate::fuzz::limits(args.cases, args.duration)?;
+    let seed = args.seed.unwrap_or_else(crate::fuzz::clock_seed);
     let options = crate::fuzz::Options {
         protocol: suite.protocol,
         role: suite.role,
         target: args.target.to_string(),
         seed,
-        cases: match (args.cases, args.duration) {
-            (None, None) => Some(10_000),
-            (c, _) => c,
-        },
-        duration: args.duration.map(Duration::from_secs_f64),
+        cases,
+        duration,
         out: args.out.clone(),
         jobs: args.jobs.unwrap_or(entry.jobs).max(1),
         shrink_limit: args.shrink_limit,
@@ -424,7 +378,7 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
     };
     let (report, notes) = (entry.start)(setup, &options, &mut progress).await?;
     let mut text = crate::fuzz::human(&report, &options);
-    for n in notes.iter().filter(|n| !n.contains("after SIGTERM")) {
+    for n in notes {
         text.push_str(&format!("note: {n}\n"));
     }
     print!("{text}");

@@ -182,6 +182,17 @@ pub struct RunOptions {
     pub extension: Option<cwx::driver::Extension>,
 }
 
+impl RunOptions {
+    /// Cases at once when `-j` is not given: twice the cores, at least four.
+    pub fn default_jobs() -> usize {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2)
+            * 2
+    }
+}
+
 /// How `conform fuzz` is set up, whatever the suite.
 #[derive(Debug, Clone)]
 pub struct FuzzSetup {

@@ -106,6 +106,37 @@ impl Report {
     }
 }
 
+/// How long a run goes: `--cases` and `--duration` checked (10 000 inputs
+/// when neither is given).
+pub fn limits(
+    cases: Option<u64>,
+    duration: Option<f64>,
+) -> Result<(Option<u64>, Option<Duration>), RunError> {
+    if let Some(d) = duration
+        && !(d > 0.0 && d <= 7.0 * 86400.0)
+    {
+        return Err(RunError::Usage("--duration is between 0 and a week".into()));
+    }
+    if cases == Some(0) {
+        return Err(RunError::Usage(
+            "--cases 0 runs nothing: a run of zero inputs proves nothing".into(),
+        ));
+    }
+    let cases = match (cases, duration) {
+        (None, None) => Some(10_000),
+        (c, _) => c,
+    };
+    Ok((cases, duration.map(Duration::from_secs_f64)))
+}
+
+/// A seed from the clock and the process id, for a run that names none.
+pub fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64 ^ u64::from(std::process::id()))
+        .unwrap_or(1)
+}
+
 /// The runner that generates from `seed`: ChaCha, so a seed means the same
 /// inputs on every machine.
 pub fn runner_for(seed: u64) -> TestRunner {

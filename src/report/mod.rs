@@ -17,6 +17,39 @@ pub enum Format {
     Html,
 }
 
+/// Writes the report of `reports` (one target's, or a matrix of several) in
+/// `format` to `output`, or standard output.
+pub fn emit(
+    reports: &[RunReport],
+    format: Format,
+    with_list: bool,
+    output: Option<&std::path::Path>,
+) -> Result<(), crate::error::RunError> {
+    let text = match (reports, format) {
+        ([one], Format::Human) => human(one, with_list),
+        ([one], format) => render(one, format),
+        (all, format) => matrix::render(all, format, with_list),
+    };
+    let text = match format {
+        // JSON and JUnit escape what they carry; text formats would pass a
+        // target's NUL bytes and terminal escapes straight to a terminal.
+        Format::Human | Format::Markdown | Format::Html => printable(&text),
+        Format::Json | Format::Junit => text,
+    };
+    match output {
+        Some(path) => std::fs::write(path, &text).map_err(|e| {
+            crate::error::RunError::Conform(format!("cannot write {}: {e}", path.display()))
+        }),
+        None => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+            Ok(())
+        }
+    }
+}
+
 /// How many transcript entries a human or Markdown report shows per failure.
 pub const SHOWN_TRANSCRIPT_ENTRIES: usize = 12;
 

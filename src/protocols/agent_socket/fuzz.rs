@@ -196,7 +196,7 @@ impl Harness {
     /// Stops the target, with what it said on the way out.
     pub async fn finish(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        stop(&mut *self.started.lock().await, &mut notes).await;
+        stop(&mut *self.started.lock().await, &mut notes, false).await;
         notes
     }
 
@@ -359,7 +359,7 @@ impl fuzz::Harness for Harness {
             }
             let mut started = self.started.lock().await;
             let mut notes = Vec::new();
-            stop(&mut started, &mut notes).await;
+            stop(&mut started, &mut notes, false).await;
             *started = super::start(&self.target, self.startup).await?;
             let session = Self::session(&started).await;
             if let Ok(mut live) = self.live.lock() {
