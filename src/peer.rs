@@ -1,13 +1,25 @@
 //! What the three "conform plays the peer" roles share (agent-socket
 //! `--role client`, acp `--role client`, cwx `--role core`): how a case's
 //! checks become its evidence, the exit a check wants, and how a scripted
-//! peer's record is read back.
+//! peer's record is read back; and, for the two stdio roles, the whole run
+//! ([`PeerRole`], [`run`]).
 
+use crate::case::Case;
+use crate::error::RunError;
 use crate::evidence::{Evidence, Kind};
-use crate::outcome::SkipKind;
+use crate::outcome::{CaseResult, RunReport, SkipKind, TranscriptEntry};
+use crate::suite::{RunOptions, Suite};
+use crate::target::Target;
+use crate::transport::serve::{Served, serve};
+use crate::transport::stdio::Launcher;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
 
 /// The most of a scripted peer's record conform reads back.
 pub const RECORD_LIMIT: u64 = 32 * 1024 * 1024;
@@ -108,7 +120,7 @@ impl std::fmt::Display for ExitWant {
 /// own, or memory when it runs in conform (the tests').
 pub enum Record {
     File(std::fs::File),
-    Memory(std::sync::Arc<std::sync::Mutex<Vec<String>>>),
+    Memory(Arc<Mutex<Vec<String>>>),
 }
 
 impl Record {
@@ -142,7 +154,7 @@ impl Record {
 }
 
 /// The events of a record kept in memory.
-pub fn read_memory<E: DeserializeOwned>(lines: &std::sync::Mutex<Vec<String>>) -> Vec<E> {
+pub fn read_memory<E: DeserializeOwned>(lines: &Mutex<Vec<String>>) -> Vec<E> {
     lines
         .lock()
         .map(|l| {
@@ -178,7 +190,7 @@ pub fn read_record<E: DeserializeOwned>(path: &Path) -> Result<Vec<E>, String> {
 pub struct Prepared {
     pub dir: tempfile::TempDir,
     pub command: String,
-    pub record: std::path::PathBuf,
+    pub record: PathBuf,
 }
 
 /// Writes `script` into a fresh temporary directory named `prefix...` and
@@ -239,19 +251,19 @@ pub struct Ended {
 /// `exec:` target, whose whole group (the scripted peer it started
 /// included) is then ended. `role` ("client", "core") words the errors.
 pub async fn launch<F>(
-    target: &crate::target::Target,
+    target: &Target,
     role: &str,
     builtin: F,
     line: impl FnOnce(&str) -> String,
     env: &[(&str, &std::ffi::OsStr)],
-    started: tokio::time::Instant,
-    deadline: tokio::time::Instant,
+    started: Instant,
+    deadline: Instant,
 ) -> Result<Ended, String>
 where
-    F: std::future::Future<Output = (i32, Vec<String>)> + Send + 'static,
+    F: Future<Output = (i32, Vec<String>)> + Send + 'static,
 {
-    use crate::target::Target;
     use crate::transport::process::{self, Stdio3};
+    use Target;
     let ms = || started.elapsed().as_millis() as u64;
     match target {
         Target::Builtin => {
@@ -280,7 +292,7 @@ where
             let mut spawned = process::spawn(&line(cmd), env, Stdio3::CaptureOutput)
                 .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
             let status = spawned
-                .wait_for_exit(deadline.saturating_duration_since(tokio::time::Instant::now()))
+                .wait_for_exit(deadline.saturating_duration_since(Instant::now()))
                 .await;
             let ms = ms();
             // The whole group, the scripted peer it spawned included.
@@ -294,4 +306,153 @@ where
         }
         Target::Unix(_) => Err(format!("--role {role} cannot test unix: targets")),
     }
+}
+
+/// A future a peer role's observation returns; `Send`, since cases run as tasks.
+pub type ObserveFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// What a peer role observed of one case: its peer's record, how the target
+/// ended, and what the target logged.
+pub type Observed<R> = (Vec<<R as PeerRole>::Event>, <R as PeerRole>::End, String);
+
+/// A role where conform plays a stdio peer the target under test starts
+/// (ACP's client role, cwx's core role): what each gives the shared run.
+pub trait PeerRole: crate::case::Dialect {
+    /// One event of the peer's record.
+    type Event: DeserializeOwned + Send;
+    /// How the target ended.
+    type End: Send;
+    /// The placeholder a target's command line names conform's peer by.
+    const PLACEHOLDER: &'static str;
+    fn suite() -> &'static Suite;
+    /// Runs the target against the case's peer.
+    fn observe<'a>(
+        case: &'a Case<Self>,
+        target: &'a Target,
+        exe: &'a Path,
+        started: Instant,
+    ) -> ObserveFuture<'a, Observed<Self>>;
+    fn evidence(case: &Case<Self>, events: &[Self::Event], end: Self::End) -> Evidence;
+    fn transcript(events: &[Self::Event], log: &str, started: Instant) -> Vec<TranscriptEntry>;
+}
+
+/// Runs a peer role's `cases` against `options.target` and reports.
+pub async fn run<R: PeerRole>(
+    options: &RunOptions,
+    cases: Vec<Case<R>>,
+    progress: &mut dyn FnMut(&CaseResult, usize, usize),
+) -> Result<RunReport, RunError> {
+    let suite = R::suite();
+    if let Target::Unix(_) = options.target {
+        return Err(RunError::Usage(format!(
+            "--role {} tests a {} conform starts: --target builtin or exec:<command line> with {}",
+            suite.role,
+            suite.role,
+            R::PLACEHOLDER
+        )));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
+    let ctx = (options.target.clone(), exe, options.strict);
+    let results = crate::runner::run_with(cases, options.jobs, ctx, run_nth::<R>, progress).await;
+    Ok(suite.report(options, results, vec![]))
+}
+
+async fn run_nth<R: PeerRole>(
+    ctx: Arc<(Target, PathBuf, bool)>,
+    cases: Arc<Vec<Case<R>>>,
+    i: usize,
+) -> CaseResult {
+    let (target, exe, strict) = &*ctx;
+    let started = Instant::now();
+    let observed = R::observe(&cases[i], target, exe, started).await;
+    graded(&cases[i], observed, *strict, started)
+}
+
+/// What the target did in `case`, graded.
+pub fn graded<R: PeerRole>(
+    case: &Case<R>,
+    observed: Result<Observed<R>, String>,
+    strict: bool,
+    started: Instant,
+) -> CaseResult {
+    let (evidence, transcript) = match observed {
+        Err(why) => (Evidence::failed_to_run(why), vec![]),
+        Ok((events, end, log)) => (
+            R::evidence(case, &events, end),
+            R::transcript(&events, &log, started),
+        ),
+    };
+    CaseResult::graded(case, evidence, strict, started, transcript)
+}
+
+/// Serves a scripted peer on this process's stdio: its script read from
+/// `script`, its record appended to `record`.
+pub async fn serve_stdio<C, S>(
+    script: PathBuf,
+    record: PathBuf,
+    make: impl FnOnce(C, Record) -> S,
+) -> std::io::Result<()>
+where
+    C: DeserializeOwned,
+    S: Served,
+{
+    let script: C = serde_json::from_slice(&std::fs::read(script)?)
+        .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
+    let mut peer = make(script, Record::append_to(&record)?);
+    serve(&mut peer, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// A scripted peer served in this process over in-memory pipes: how to
+/// start it, its record, and whether it has ended.
+pub struct InMemory {
+    pub launcher: Launcher,
+    pub record: Arc<Mutex<Vec<String>>>,
+    pub ended: Arc<AtomicBool>,
+}
+
+impl InMemory {
+    /// A fresh `make(record)` for each start.
+    pub fn serve<S>(make: impl Fn(Record) -> S + Send + Sync + 'static) -> InMemory
+    where
+        S: Served + 'static,
+    {
+        let record = Arc::new(Mutex::new(Vec::new()));
+        let ended = Arc::new(AtomicBool::new(false));
+        let (lines, done) = (record.clone(), ended.clone());
+        let launcher = Launcher::Memory(Arc::new(move |pipes| {
+            let mut peer = make(Record::Memory(lines.clone()));
+            let done = done.clone();
+            Box::pin(async move {
+                let _ = serve(&mut peer, pipes.input, pipes.output).await;
+                done.store(true, Ordering::SeqCst);
+            })
+        }));
+        InMemory {
+            launcher,
+            record,
+            ended,
+        }
+    }
+
+    /// The events the peer wrote down.
+    pub fn events<E: DeserializeOwned>(&self) -> Vec<E> {
+        read_memory(&self.record)
+    }
+
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs `target` until `deadline`: its exit code and log, or `None` when
+/// conform stopped it at the deadline.
+pub async fn until<F>(deadline: Instant, target: F) -> Option<(i32, String)>
+where
+    F: Future<Output = (i32, Vec<String>)>,
+{
+    tokio::time::timeout_at(deadline, target)
+        .await
+        .ok()
+        .map(|(code, log)| (code, log.join("\n")))
 }

@@ -245,6 +245,26 @@ pub trait Run: crate::case::Dialect {
     ) -> BoxFuture<'a, Result<RunReport, RunError>>;
 }
 
+/// Implements [`Run`] for a dialect with the async fn that runs its cases:
+/// `runs!(AgentCases, run)`.
+#[macro_export]
+macro_rules! runs {
+    ($dialect:ty, $run:path) => {
+        impl $crate::suite::Run for $dialect {
+            fn run<'a>(
+                options: &'a $crate::suite::RunOptions,
+                cases: Vec<$crate::case::Case<Self>>,
+                progress: $crate::suite::Progress<'a>,
+            ) -> $crate::suite::BoxFuture<
+                'a,
+                Result<$crate::outcome::RunReport, $crate::error::RunError>,
+            > {
+                Box::pin($run(options, cases, progress))
+            }
+        }
+    };
+}
+
 /// A suite's [`Suite::load`]: its cases, behind [`Cases`].
 pub fn load<R: Run>(extra: &[(String, String)]) -> Result<Box<dyn Cases>, CaseFileError> {
     Ok(Box::new(Loaded::<R>(crate::case::load::<R>(extra)?)))
@@ -314,6 +334,27 @@ pub struct Suite {
 }
 
 impl Suite {
+    /// A suite of `protocol` testing `role` that provides only its cases:
+    /// the other fields are added with `..Suite::new(...)`.
+    pub const fn new(
+        protocol: Protocol,
+        role: Role,
+        catalogue: &'static str,
+        watched: &'static [&'static str],
+        load: Load,
+    ) -> Suite {
+        Suite {
+            protocol,
+            role,
+            catalogue,
+            watched,
+            load,
+            fuzz: None,
+            reference: None,
+            peer: None,
+        }
+    }
+
     pub fn catalogue(&self) -> &'static Catalogue {
         self.protocol.catalogue()
     }

@@ -8,20 +8,17 @@ use super::editor::{Answer, Editor};
 use super::scripted::{self, ClientEnd, Event, Script, ScriptedAgent};
 use super::steps::Permission;
 use crate::case::Case;
-use crate::error::RunError;
 use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
-use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
+use crate::outcome::{CaseResult, Direction, Transcript, TranscriptEntry};
 use crate::peer::Record;
-use crate::runner;
 use crate::target::Target;
 use crate::transport::process;
-use crate::transport::serve::{AfterRefusal, Out, Served, serve};
-use crate::transport::stdio::{Launcher, LineStream, Pipes, StreamEvent};
+use crate::transport::serve::{AfterRefusal, Out, Served};
+use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
 use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -86,68 +83,31 @@ impl Served for Peer {
     }
 }
 
-/// Serves the scripted agent of `script` on stdio, appending every event to
-/// `record` (JSON lines), until stdin closes.
-pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
-    let script: Script = serde_json::from_slice(&std::fs::read(script)?)
-        .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
-    let mut peer = Peer::new(script, Record::append_to(&record)?);
-    serve(&mut peer, tokio::io::stdin(), tokio::io::stdout()).await
-}
+impl crate::peer::PeerRole for super::ClientCases {
+    type Event = Event;
+    type End = ClientEnd;
+    const PLACEHOLDER: &'static str = "{agent}";
 
-/// Runs the client `cases` and reports.
-pub async fn run(
-    options: &crate::suite::RunOptions,
-    cases: Vec<Case<super::ClientCases>>,
-    progress: &mut dyn FnMut(&CaseResult, usize, usize),
-) -> Result<RunReport, RunError> {
-    if let Target::Unix(_) = options.target {
-        return Err(RunError::Usage(
-            "--role client tests a client conform starts: --target builtin or exec:<command line> with {agent}".into(),
-        ));
+    fn suite() -> &'static crate::suite::Suite {
+        &super::CLIENT
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
-    let ctx = (options.target.clone(), exe, options.strict);
-    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
-    Ok(super::CLIENT.report(options, results, vec![]))
-}
 
-async fn run_nth(
-    ctx: Arc<(Target, PathBuf, bool)>,
-    cases: Arc<Vec<Case<super::ClientCases>>>,
-    i: usize,
-) -> CaseResult {
-    let (target, exe, strict) = &*ctx;
-    run_case(&cases[i], target, exe, *strict).await
-}
+    fn observe<'a>(
+        case: &'a Case<Self>,
+        target: &'a Target,
+        exe: &'a Path,
+        started: Instant,
+    ) -> crate::peer::ObserveFuture<'a, crate::peer::Observed<Self>> {
+        Box::pin(observe(case, target, exe, started))
+    }
 
-async fn run_case(
-    case: &Case<super::ClientCases>,
-    target: &Target,
-    exe: &Path,
-    strict: bool,
-) -> CaseResult {
-    let started = Instant::now();
-    let observed = observe(case, target, exe, started).await;
-    graded(case, observed, strict, started)
-}
+    fn evidence(case: &Case<Self>, events: &[Event], end: ClientEnd) -> Evidence {
+        scripted::evidence(case, events, end)
+    }
 
-/// What the client did, graded.
-fn graded(
-    case: &Case<super::ClientCases>,
-    observed: Result<(Vec<Event>, ClientEnd, String), String>,
-    strict: bool,
-    started: Instant,
-) -> CaseResult {
-    let (evidence, transcript) = match observed {
-        Err(why) => (Evidence::failed_to_run(why), vec![]),
-        Ok((events, end, log)) => (
-            scripted::evidence(case, &events, end),
-            transcript(&events, &log, started),
-        ),
-    };
-    CaseResult::graded(case, evidence, strict, started, transcript)
+    fn transcript(events: &[Event], log: &str, started: Instant) -> Vec<TranscriptEntry> {
+        transcript(events, log, started)
+    }
 }
 
 fn transcript(events: &[Event], client_log: &str, started: Instant) -> Vec<TranscriptEntry> {
@@ -234,38 +194,32 @@ where
     Fut: std::future::Future<Output = (i32, Vec<String>)>,
 {
     let started = Instant::now();
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
     let script = case.config.clone();
-    let agent = {
-        let lines = lines.clone();
-        Launcher::Memory(Arc::new(move |pipes: Pipes| {
-            let mut peer = Peer::new(script.clone(), Record::Memory(lines.clone()));
-            Box::pin(async move {
-                let _ = serve(&mut peer, pipes.input, pipes.output).await;
-            })
-        }))
-    };
+    let agent = crate::peer::InMemory::serve(move |record| Peer::new(script.clone(), record));
     let observed = match tempfile::tempdir() {
         Err(e) => Err(format!("cannot create the client's cwd: {e}")),
         Ok(work) => {
             let deadline = started + Duration::from_secs_f64(case.config.deadline_seconds());
-            let ended =
-                tokio::time::timeout_at(deadline, client(agent, work.path().to_path_buf())).await;
+            let ended = crate::peer::until(
+                deadline,
+                client(agent.launcher.clone(), work.path().to_path_buf()),
+            )
+            .await;
             let ms = started.elapsed().as_millis() as u64;
             let (end, log) = match ended {
-                Ok((code, log)) => (
+                Some((code, log)) => (
                     ClientEnd::Exited {
                         code: Some(code),
                         ms,
                     },
-                    log.join("\n"),
+                    log,
                 ),
-                Err(_) => (ClientEnd::Stopped { ms }, String::new()),
+                None => (ClientEnd::Stopped { ms }, String::new()),
             };
-            Ok((crate::peer::read_memory(&lines), end, log))
+            Ok((agent.events(), end, log))
         }
     };
-    graded(case, observed, strict, started)
+    crate::peer::graded(case, observed, strict, started)
 }
 
 /// conform's reference client: the workload of the README ("Testing an ACP

@@ -16,7 +16,7 @@ use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
-use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
+use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use crate::transport::stdio::Launcher;
 use std::sync::Arc;
@@ -26,29 +26,36 @@ pub const CATALOGUE: &str = "acp/requirements.json";
 
 /// Agents: conform plays the editor.
 pub const AGENT: Suite = Suite {
-    protocol: Protocol::Acp,
-    role: Role::Agent,
-    catalogue: CATALOGUE,
-    watched: monitor::rules::EVERY_MESSAGE,
-    load: suite::load::<AgentCases>,
     fuzz: Some(suite::FuzzEntry {
         start: fuzz::start,
         jobs: 4,
     }),
     reference: Some(serve_reference),
-    peer: None,
+    ..Suite::new(
+        Protocol::Acp,
+        Role::Agent,
+        CATALOGUE,
+        monitor::rules::EVERY_MESSAGE,
+        suite::load::<AgentCases>,
+    )
 };
 
 /// Clients: conform plays an agent the client spawns.
 pub const CLIENT: Suite = Suite {
-    protocol: Protocol::Acp,
-    role: Role::Client,
-    catalogue: CATALOGUE,
-    watched: scripted::rules::EVERY_MESSAGE,
-    load: suite::load::<ClientCases>,
-    fuzz: None,
-    reference: None,
-    peer: Some(|script, record| Box::pin(client_role::serve_peer(script, record))),
+    peer: Some(|script, record| {
+        Box::pin(crate::peer::serve_stdio(
+            script,
+            record,
+            client_role::Peer::new,
+        ))
+    }),
+    ..Suite::new(
+        Protocol::Acp,
+        Role::Client,
+        CATALOGUE,
+        scripted::rules::EVERY_MESSAGE,
+        suite::load::<ClientCases>,
+    )
 };
 
 /// The agent cases' language.
@@ -63,15 +70,7 @@ impl Dialect for AgentCases {
     const DIR: &'static str = "acp/cases";
 }
 
-impl suite::Run for AgentCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(run(options, cases, progress))
-    }
-}
+crate::runs!(AgentCases, run);
 
 /// The client cases' language (`--role client`).
 #[derive(Debug, Clone, Copy)]
@@ -89,15 +88,7 @@ impl Dialect for ClientCases {
     }
 }
 
-impl suite::Run for ClientCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(client_role::run(options, cases, progress))
-    }
-}
+crate::runs!(ClientCases, crate::peer::run::<ClientCases>);
 
 /// `conform reference --protocol acp`: the reference agent on stdio.
 fn serve_reference(_: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), RunError>> {

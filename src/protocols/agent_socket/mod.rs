@@ -16,7 +16,7 @@ use crate::case::{Case, Dialect, NoConfig, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
-use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
+use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
 use crate::transport::unix::Connector;
@@ -30,30 +30,28 @@ pub const CATALOGUE: &str = "agent-socket/requirements.json";
 
 /// Servers: conform plays Vibe.
 pub const SERVER: Suite = Suite {
-    protocol: Protocol::AgentSocket,
-    role: Role::Server,
-    catalogue: CATALOGUE,
-    watched: &[],
-    load: suite::load::<ServerCases>,
     fuzz: Some(suite::FuzzEntry {
         start: fuzz::start,
         jobs: 32,
     }),
     reference: Some(serve_reference),
-    peer: None,
+    ..Suite::new(
+        Protocol::AgentSocket,
+        Role::Server,
+        CATALOGUE,
+        &[],
+        suite::load::<ServerCases>,
+    )
 };
 
 /// Clients: conform plays the server.
-pub const CLIENT: Suite = Suite {
-    protocol: Protocol::AgentSocket,
-    role: Role::Client,
-    catalogue: CATALOGUE,
-    watched: scripted::rules::EVERY_MESSAGE,
-    load: suite::load::<ClientCases>,
-    fuzz: None,
-    reference: None,
-    peer: None,
-};
+pub const CLIENT: Suite = Suite::new(
+    Protocol::AgentSocket,
+    Role::Client,
+    CATALOGUE,
+    scripted::rules::EVERY_MESSAGE,
+    suite::load::<ClientCases>,
+);
 
 /// The server cases' language.
 #[derive(Debug, Clone, Copy)]
@@ -68,15 +66,7 @@ impl Dialect for ServerCases {
     const LOOPS: bool = true;
 }
 
-impl suite::Run for ServerCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(run(options, cases, progress))
-    }
-}
+crate::runs!(ServerCases, run);
 
 /// The client cases' language (`--role client`).
 #[derive(Debug, Clone, Copy)]
@@ -94,15 +84,7 @@ impl Dialect for ClientCases {
     }
 }
 
-impl suite::Run for ClientCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(scripted_server::run(options, cases, progress))
-    }
-}
+crate::runs!(ClientCases, scripted_server::run);
 
 /// `conform reference --protocol agent-socket --listen PATH`: the reference
 /// server until SIGTERM or Ctrl-C.

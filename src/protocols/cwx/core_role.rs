@@ -8,20 +8,17 @@ use super::reference::{TOY_ENTRY, TOY_SHA256};
 use super::scripted::{self, CoreEnd, Event, Script, ScriptedHost};
 use super::table::Tier;
 use crate::case::Case;
-use crate::error::RunError;
 use crate::evidence::Evidence;
-use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
+use crate::outcome::{CaseResult, Direction, Transcript, TranscriptEntry};
 use crate::peer::Record;
-use crate::runner;
 use crate::target::Target;
 use crate::transport::process;
-use crate::transport::serve::{AfterRefusal, Out, Served, serve};
-use crate::transport::stdio::{Launcher, LineStream, Pipes, StreamEvent};
+use crate::transport::serve::{AfterRefusal, Out, Served};
+use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
 use crate::wire::frame::encode;
 use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -132,68 +129,31 @@ impl Served for Peer {
     }
 }
 
-/// Serves the scripted host of `script` on framed stdio, appending every
-/// event to `record`, until stdin closes, a broken frame arrives, or
-/// `host/shutdown`.
-pub async fn serve_peer(script: PathBuf, record: PathBuf) -> std::io::Result<()> {
-    let script: Script = serde_json::from_slice(&std::fs::read(script)?)
-        .map_err(|e| std::io::Error::other(format!("the script: {e}")))?;
-    let mut peer = Peer::new(script, Record::append_to(&record)?);
-    serve(&mut peer, tokio::io::stdin(), tokio::io::stdout()).await
-}
+impl crate::peer::PeerRole for super::CoreCases {
+    type Event = Event;
+    type End = CoreEnd;
+    const PLACEHOLDER: &'static str = "{host}";
 
-pub async fn run(
-    options: &crate::suite::RunOptions,
-    cases: Vec<Case<super::CoreCases>>,
-    progress: &mut dyn FnMut(&CaseResult, usize, usize),
-) -> Result<RunReport, RunError> {
-    if let Target::Unix(_) = options.target {
-        return Err(RunError::Usage(
-            "--role core tests a core conform starts: --target builtin or exec:<command line> with {host}".into(),
-        ));
+    fn suite() -> &'static crate::suite::Suite {
+        &super::CORE
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
-    let ctx = (options.target.clone(), exe, options.strict);
-    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
-    Ok(super::CORE.report(options, results, vec![]))
-}
 
-async fn run_nth(
-    ctx: Arc<(Target, PathBuf, bool)>,
-    cases: Arc<Vec<Case<super::CoreCases>>>,
-    i: usize,
-) -> CaseResult {
-    let (target, exe, strict) = &*ctx;
-    run_case(&cases[i], target, exe, *strict).await
-}
+    fn observe<'a>(
+        case: &'a Case<Self>,
+        target: &'a Target,
+        exe: &'a Path,
+        started: Instant,
+    ) -> crate::peer::ObserveFuture<'a, crate::peer::Observed<Self>> {
+        Box::pin(observe(case, target, exe, started))
+    }
 
-async fn run_case(
-    case: &Case<super::CoreCases>,
-    target: &Target,
-    exe: &Path,
-    strict: bool,
-) -> CaseResult {
-    let started = Instant::now();
-    let observed = observe(case, target, exe, started).await;
-    graded(case, observed, strict, started)
-}
+    fn evidence(case: &Case<Self>, events: &[Event], end: CoreEnd) -> Evidence {
+        scripted::evidence(case, events, end)
+    }
 
-/// What the core did, graded.
-fn graded(
-    case: &Case<super::CoreCases>,
-    observed: Result<(Vec<Event>, CoreEnd, String), String>,
-    strict: bool,
-    started: Instant,
-) -> CaseResult {
-    let (evidence, transcript) = match observed {
-        Err(why) => (Evidence::failed_to_run(why), vec![]),
-        Ok((events, end, log)) => (
-            scripted::evidence(case, &events, end),
-            transcript(&events, &log, started),
-        ),
-    };
-    CaseResult::graded(case, evidence, strict, started, transcript)
+    fn transcript(events: &[Event], log: &str, started: Instant) -> Vec<TranscriptEntry> {
+        transcript(events, log, started)
+    }
 }
 
 fn transcript(events: &[Event], core_log: &str, started: Instant) -> Vec<TranscriptEntry> {
@@ -242,41 +202,24 @@ where
     Fut: std::future::Future<Output = (i32, Vec<String>)>,
 {
     let started = Instant::now();
-    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let script = case.config.clone();
-    let host = {
-        let (lines, ended) = (lines.clone(), ended.clone());
-        Launcher::Memory(Arc::new(move |pipes: Pipes| {
-            let mut peer = Peer::in_memory(script.clone(), Record::Memory(lines.clone()));
-            let ended = ended.clone();
-            Box::pin(async move {
-                let _ = serve(&mut peer, pipes.input, pipes.output).await;
-                ended.store(true, std::sync::atomic::Ordering::SeqCst);
-            })
-        }))
-    };
+    let host = crate::peer::InMemory::serve(move |record| Peer::in_memory(script.clone(), record));
     let deadline = started + Duration::from_secs_f64(case.config.deadline_seconds());
-    let finished = tokio::time::timeout_at(deadline, core(host)).await;
+    let finished = crate::peer::until(deadline, core(host.launcher.clone())).await;
     let ms = started.elapsed().as_millis() as u64;
     // Give the host a moment to see its stdin close.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (code, log) = match finished {
-        Ok((code, log)) => (Some(code), log.join("\n")),
-        Err(_) => (None, String::new()),
+        Some((code, log)) => (Some(code), log),
+        None => (None, String::new()),
     };
     let end = CoreEnd {
         code,
         stopped: code.is_none(),
         ms,
-        host_outlived: !ended.load(std::sync::atomic::Ordering::SeqCst),
+        host_outlived: !host.has_ended(),
     };
-    graded(
-        case,
-        Ok((crate::peer::read_memory(&lines), end, log)),
-        strict,
-        started,
-    )
+    crate::peer::graded(case, Ok((host.events(), end, log)), strict, started)
 }
 
 async fn observe(

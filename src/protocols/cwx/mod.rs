@@ -15,7 +15,7 @@ use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
-use crate::suite::{self, BoxFuture, Progress, Protocol, Role, RunOptions, Suite};
+use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite};
 use crate::target::Target;
 use crate::transport::stdio::Launcher;
 use std::sync::Arc;
@@ -27,29 +27,36 @@ pub const CATALOGUE: &str = "cwx/requirements.json";
 
 /// Hosts: conform plays the core.
 pub const HOST: Suite = Suite {
-    protocol: Protocol::Cwx,
-    role: Role::Host,
-    catalogue: CATALOGUE,
-    watched: driver::rules::EVERY_MESSAGE,
-    load: suite::load::<HostCases>,
     fuzz: Some(suite::FuzzEntry {
         start: fuzz::start,
         jobs: 4,
     }),
     reference: Some(serve_reference),
-    peer: None,
+    ..Suite::new(
+        Protocol::Cwx,
+        Role::Host,
+        CATALOGUE,
+        driver::rules::EVERY_MESSAGE,
+        suite::load::<HostCases>,
+    )
 };
 
 /// Cores: conform plays a host the core launches.
 pub const CORE: Suite = Suite {
-    protocol: Protocol::Cwx,
-    role: Role::Core,
-    catalogue: CATALOGUE,
-    watched: scripted::rules::EVERY_MESSAGE,
-    load: suite::load::<CoreCases>,
-    fuzz: None,
-    reference: None,
-    peer: Some(|script, record| Box::pin(core_role::serve_peer(script, record))),
+    peer: Some(|script, record| {
+        Box::pin(crate::peer::serve_stdio(
+            script,
+            record,
+            core_role::Peer::new,
+        ))
+    }),
+    ..Suite::new(
+        Protocol::Cwx,
+        Role::Core,
+        CATALOGUE,
+        scripted::rules::EVERY_MESSAGE,
+        suite::load::<CoreCases>,
+    )
 };
 
 /// The host cases' language.
@@ -64,15 +71,7 @@ impl Dialect for HostCases {
     const DIR: &'static str = "cwx/cases";
 }
 
-impl suite::Run for HostCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(run(options, cases, progress))
-    }
-}
+crate::runs!(HostCases, run);
 
 /// The core cases' language (`--role core`).
 #[derive(Debug, Clone, Copy)]
@@ -90,15 +89,7 @@ impl Dialect for CoreCases {
     }
 }
 
-impl suite::Run for CoreCases {
-    fn run<'a>(
-        options: &'a RunOptions,
-        cases: Vec<Case<Self>>,
-        progress: Progress<'a>,
-    ) -> BoxFuture<'a, Result<RunReport, RunError>> {
-        Box::pin(core_role::run(options, cases, progress))
-    }
-}
+crate::runs!(CoreCases, crate::peer::run::<CoreCases>);
 
 /// `conform reference --protocol cwx --tier T`: the reference host on stdio.
 fn serve_reference(options: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), RunError>> {
