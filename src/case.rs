@@ -58,7 +58,7 @@ pub trait Dialect: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
         + Send
         + Sync
         + 'static;
-    type Config: DeserializeOwned + std::fmt::Debug + Clone + Default + Send + Sync + 'static;
+    type Config: Config;
     /// The protocol whose catalogue the cases cite.
     const PROTOCOL: crate::suite::Protocol;
     /// Where the embedded cases live, under `corpus/`.
@@ -66,8 +66,19 @@ pub trait Dialect: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
     /// Whether a case may repeat its steps (`for_each`) and clean up after
     /// them (`finally`).
     const LOOPS: bool = false;
-    /// What serde cannot check: rules across fields of the whole case.
-    fn check(_case: &Case<Self>) -> Result<(), String> {
+    /// What serde cannot check: rules across fields of the whole case (by
+    /// default, its config's).
+    fn check(case: &Case<Self>) -> Result<(), String> {
+        case.config.check()
+    }
+}
+
+/// A case's `config`: typed, so an unknown key is a bad case file.
+pub trait Config:
+    DeserializeOwned + std::fmt::Debug + Clone + Default + Send + Sync + 'static
+{
+    /// What serde cannot check, at load.
+    fn check(&self) -> Result<(), String> {
         Ok(())
     }
 }
@@ -86,6 +97,8 @@ impl std::fmt::Display for NoNeed {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoConfig {}
+
+impl Config for NoConfig {}
 
 /// What a case's steps repeat over, inside the one case so its id stays stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -256,6 +269,16 @@ fn where_in<D: Dialect>(item: &serde_json::Value) -> String {
 /// files (`--case`), each case checked: its requirements known to the
 /// protocol's catalogue, `for_each` and `finally` only where the dialect
 /// takes them, and the dialect's own rules.
+/// The embedded case `id` of dialect `D`; panics when there is none (for
+/// tests, which name cases the corpus has).
+pub fn embedded<D: Dialect>(id: &str) -> Case<D> {
+    load::<D>(&[])
+        .expect("the embedded corpus loads")
+        .into_iter()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no embedded case {id}"))
+}
+
 pub fn load<D: Dialect>(extra: &[(String, String)]) -> Result<Vec<Case<D>>, CaseFileError> {
     let catalogue = D::PROTOCOL.catalogue();
     let checked = |origin: &str, text: &str| -> Result<Vec<Case<D>>, CaseFileError> {

@@ -199,6 +199,13 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
+    /// The finding that names `requirement`, if the case has one.
+    pub fn finding(&self, requirement: &str) -> Option<&crate::evidence::Finding> {
+        self.findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(requirement))
+    }
+
     /// The record of `case` before it runs: an error until its outcome is set.
     pub fn for_case<D: crate::case::Dialect>(
         case: &crate::case::Case<D>,

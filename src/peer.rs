@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
@@ -75,6 +74,35 @@ pub fn evidence<S>(
     }
     ev.summary = Some(format!("What the {who} did: {summary}"));
     ev
+}
+
+/// One step of a peer case: the one check it names, and whether a broken
+/// check is information only.
+#[derive(Debug, Clone)]
+pub struct PeerStep<C> {
+    pub check: C,
+    pub info: bool,
+}
+
+/// How a peer dialect reads a step: its keys, and the checks they name.
+pub trait CheckKeys: Sized {
+    /// The step's keys (a struct with `deny_unknown_fields`).
+    type Raw: DeserializeOwned;
+    /// The keys a step names exactly one of, for the error.
+    const ONE_OF: &'static str;
+    /// The checks `raw` names, and its `info`.
+    fn read(raw: Self::Raw) -> Result<(Vec<Self>, bool), String>;
+}
+
+impl<'de, C: CheckKeys> Deserialize<'de> for PeerStep<C> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let (checks, info) = C::read(C::Raw::deserialize(d)?).map_err(D::Error::custom)?;
+        match <[C; 1]>::try_from(checks) {
+            Ok([check]) => Ok(PeerStep { check, info }),
+            Err(_) => Err(D::Error::custom(format!("a step is one of {}", C::ONE_OF))),
+        }
+    }
 }
 
 /// The exit status a check wants: a code, or `zero` / `nonzero`.
@@ -308,32 +336,79 @@ where
     }
 }
 
-/// A future a peer role's observation returns; `Send`, since cases run as tasks.
-pub type ObserveFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
-
 /// What a peer role observed of one case: its peer's record, how the target
 /// ended, and what the target logged.
 pub type Observed<R> = (Vec<<R as PeerRole>::Event>, <R as PeerRole>::End, String);
 
 /// A role where conform plays a stdio peer the target under test starts
 /// (ACP's client role, cwx's core role): what each gives the shared run.
-pub trait PeerRole: crate::case::Dialect {
+pub trait PeerRole: crate::case::Dialect<Config: PeerScript> {
     /// One event of the peer's record.
     type Event: DeserializeOwned + Send;
     /// How the target ended.
     type End: Send;
+    /// The scripted peer, served on stdio.
+    type Peer: Served + 'static;
     /// The placeholder a target's command line names conform's peer by.
     const PLACEHOLDER: &'static str;
-    fn suite() -> &'static Suite;
+    /// The role the target under test plays.
+    const ROLE: crate::suite::Role;
+    fn suite() -> &'static Suite {
+        Self::PROTOCOL
+            .suite(Some(Self::ROLE))
+            .expect("every peer role is in the suite table")
+    }
+    /// The peer that plays `script`, recording to `record`.
+    fn peer(script: Self::Config, record: Record) -> Self::Peer;
     /// Runs the target against the case's peer.
-    fn observe<'a>(
-        case: &'a Case<Self>,
-        target: &'a Target,
-        exe: &'a Path,
+    fn observe(
+        case: &Case<Self>,
+        target: &Target,
+        exe: &Path,
         started: Instant,
-    ) -> ObserveFuture<'a, Observed<Self>>;
+    ) -> impl Future<Output = Result<Observed<Self>, String>> + Send;
     fn evidence(case: &Case<Self>, events: &[Self::Event], end: Self::End) -> Evidence;
     fn transcript(events: &[Self::Event], log: &str, started: Instant) -> Vec<TranscriptEntry>;
+}
+
+/// A suite's `conform peer`: serves role `R`'s scripted peer on this
+/// process's stdio.
+pub fn serve_peer<R: PeerRole>(
+    script: PathBuf,
+    record: PathBuf,
+) -> crate::suite::BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(serve_stdio(script, record, R::peer))
+}
+
+/// Seconds the target has for its whole workload when a script sets none.
+pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
+
+/// A scripted peer's script: a peer case's `config`.
+pub trait PeerScript:
+    DeserializeOwned + std::fmt::Debug + Clone + Default + Send + Sync + 'static
+{
+    /// The longest `deadline` a case may set, in seconds.
+    const MAX_DEADLINE: f64;
+    /// Seconds the target has for its whole workload, if the case says.
+    fn deadline(&self) -> Option<f64>;
+    /// What else serde cannot check, at load.
+    fn check_more(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn deadline_seconds(&self) -> f64 {
+        self.deadline().unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    }
+}
+
+impl<T: PeerScript> crate::case::Config for T {
+    fn check(&self) -> Result<(), String> {
+        self.check_more()?;
+        let max = T::MAX_DEADLINE;
+        if self.deadline().is_some_and(|d| !(d > 0.0 && d <= max)) {
+            return Err(format!("config: deadline is between 0 and {max} seconds"));
+        }
+        Ok(())
+    }
 }
 
 /// Runs a peer role's `cases` against `options.target` and reports.
@@ -455,4 +530,44 @@ where
         .await
         .ok()
         .map(|(code, log)| (code, log.join("\n")))
+}
+
+/// Runs a reference target's `workload` against the peer (`who`) that
+/// `peer` starts, then ends the peer: the target's exit status (0, or
+/// `failed` when the workload fails) and its log.
+pub async fn run_reference(
+    peer: &Launcher,
+    who: &str,
+    codec: crate::wire::Codec,
+    failed: i32,
+    workload: impl AsyncFnOnce(
+        &mut crate::transport::stdio::LineStream,
+        &mut Vec<String>,
+    ) -> Result<(), String>,
+) -> (i32, Vec<String>) {
+    let mut log = Vec::new();
+    let mut stream = match peer.start(&[], codec) {
+        Ok(s) => s,
+        Err(e) => {
+            log.push(format!("cannot start the {who}: {e}"));
+            return (1, log);
+        }
+    };
+    let code = match workload(&mut stream, &mut log).await {
+        Ok(()) => 0,
+        Err(why) => {
+            log.push(why);
+            failed
+        }
+    };
+    stream.close_stdin();
+    let _ = stream
+        .process
+        .wait_for_exit(std::time::Duration::from_secs(2))
+        .await;
+    let _ = stream
+        .process
+        .shutdown(crate::transport::process::TERM_GRACE)
+        .await;
+    (code, log)
 }

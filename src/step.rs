@@ -225,15 +225,71 @@ pub trait Language: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
     }
 }
 
+/// Every common action: the stdio dialects (acp, cwx) run them all.
+pub const STDIO_COMMON: &[&str] = &[
+    key::SEND,
+    key::RAW,
+    key::RAW_HEX,
+    key::AWAIT,
+    key::WAIT_FOR,
+    key::QUIET,
+    key::PROBE,
+    key::CLOSE_STDIN,
+    key::EXITS_WITHIN,
+];
+
+/// What a stdio dialect's `expect` says of the answer and of the exit.
+pub trait StdioExpect {
+    fn reply(&self) -> Option<ReplyRule>;
+    /// A pattern the result must match.
+    fn result(&self) -> &Option<Value>;
+    /// A pattern the error object must match.
+    fn error(&self) -> &Option<Value>;
+    /// For `closeStdin`: the target exits (true) within the deadline.
+    fn exit(&self) -> Option<bool>;
+    /// The reply rule, by default read from which pattern is given.
+    fn rule(&self) -> ReplyRule {
+        ReplyRule::of(self.reply(), self.result(), self.error())
+    }
+}
+
+/// Implements [`StdioExpect`] for an `expect` type with `reply`, `result`,
+/// `error` and `exit` fields: `stdio_expect!(Expect)`.
+#[macro_export]
+macro_rules! stdio_expect {
+    ($expect:ty) => {
+        impl $crate::step::StdioExpect for $expect {
+            fn reply(&self) -> Option<$crate::step::ReplyRule> {
+                self.reply
+            }
+
+            fn result(&self) -> &Option<serde_json::Value> {
+                &self.result
+            }
+
+            fn error(&self) -> &Option<serde_json::Value> {
+                &self.error
+            }
+
+            fn exit(&self) -> Option<bool> {
+                self.exit
+            }
+        }
+    };
+}
+
 /// What the stdio dialects (acp, cwx) check of a step's `expect`: `exit`
 /// only after `closeStdin`, and no rule about raw bytes on a connection of
 /// their own (`if-any`, `due`: agent-socket's).
-pub fn check_stdio_expect<O>(
-    action: &Action<O>,
-    exit: Option<bool>,
-    reply: Option<ReplyRule>,
-) -> Result<(), String> {
-    if exit.is_some() && !matches!(action, Action::CloseStdin) {
+pub fn check_stdio_expect<L: Language>(step: &Step<L>) -> Result<(), String>
+where
+    L::Expect: StdioExpect,
+{
+    let (exit, reply) = match &step.expect {
+        Some(e) => (e.exit(), e.reply()),
+        None => (None, None),
+    };
+    if exit.is_some() && !matches!(step.action, Action::CloseStdin) {
         return Err("`expect.exit` goes with closeStdin".into());
     }
     match reply {

@@ -334,8 +334,8 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// A suite of `protocol` testing `role` that provides only its cases:
-    /// the other fields are added with `..Suite::new(...)`.
+    /// A suite of `protocol` testing `role` that provides only its cases;
+    /// the methods below add the rest.
     pub const fn new(
         protocol: Protocol,
         role: Role,
@@ -352,6 +352,30 @@ impl Suite {
             fuzz: None,
             reference: None,
             peer: None,
+        }
+    }
+
+    /// With a fuzzer that runs `jobs` inputs at once unless `-j` says.
+    pub const fn fuzzed_by(self, start: FuzzStart, jobs: usize) -> Suite {
+        Suite {
+            fuzz: Some(FuzzEntry { start, jobs }),
+            ..self
+        }
+    }
+
+    /// With conform's own implementation of the role, for `conform reference`.
+    pub const fn with_reference(self, reference: Reference) -> Suite {
+        Suite {
+            reference: Some(reference),
+            ..self
+        }
+    }
+
+    /// With the scripted peer a target of the role starts, for `conform peer`.
+    pub const fn with_peer(self, peer: Peer) -> Suite {
+        Suite {
+            peer: Some(peer),
+            ..self
         }
     }
 

@@ -9,7 +9,7 @@ use crate::case::Pause;
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher::Vars;
 use crate::outcome::{Direction, Transcript};
-use crate::step::ReplyRule;
+use crate::step::{Action, Bytes, Language, ReplyRule, StdioExpect, Step};
 use crate::transport::process;
 use crate::transport::stdio::{LineStream, StreamEvent};
 use crate::wire::Codec;
@@ -60,6 +60,11 @@ pub trait Watch: Send {
     /// The target's stdout ended inside a message; a case finding to add,
     /// when the watch does not record it as a rule of its own.
     fn ended_inside(&mut self, partial: &[u8]) -> Option<Finding>;
+    /// Whether a case's remaining steps are pointless given what was found
+    /// so far (`closed`: the target's stdout closed).
+    fn ends_steps(&self, _found: &Evidence, _closed: bool) -> bool {
+        false
+    }
     /// Whether the exchange is over: a core ends it at the host's first
     /// protocol error, so nothing after it is read.
     fn halted(&self) -> bool {
@@ -69,6 +74,17 @@ pub trait Watch: Send {
     fn findings(&self) -> Vec<Finding>;
     /// What the watch kept only in part, for a failing case's message.
     fn kept_note(&self) -> Option<String>;
+}
+
+/// The request a `probe` step sends to ask whether the target still serves.
+pub struct ProbeRequest {
+    pub method: &'static str,
+    /// What the reports call it.
+    pub what: &'static str,
+    /// What a pass observes.
+    pub still: &'static str,
+    /// How long its answer may take unless the step says.
+    pub within: Duration,
 }
 
 /// A future the answerer returns.
@@ -462,6 +478,89 @@ impl<W: Watch> Session<W> {
         let _ = self.stream.process.wait_for_exit(grace).await;
         let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
         early
+    }
+
+    /// Whether the case's next step has something to stand on: no answer
+    /// it needed went missing, it was not skipped or errored, and the watch
+    /// sees nothing that ends the steps.
+    pub fn goes_on(&self) -> bool {
+        !self.stalled
+            && self.ev.skip.is_none()
+            && self.ev.error.is_none()
+            && !self.watch.ends_steps(&self.ev, self.closed)
+    }
+
+    /// The bytes of a `raw` step, its templates expanded; `None` when a
+    /// template names nothing (the case's error, recorded).
+    pub fn raw_bytes(&mut self, bytes: &Bytes) -> Option<Vec<u8>> {
+        match bytes {
+            Bytes::Text(raw) => match self.expand(&Value::String(raw.clone()))? {
+                Value::String(text) => Some(text.into_bytes()),
+                _ => None,
+            },
+            other => Some(other.generated().unwrap_or_default()),
+        }
+    }
+
+    /// Runs an action every stdio dialect means the same by (`quiet`,
+    /// `probe`, `closeStdin`, `exitsWithin`); any other is the driver's and
+    /// does nothing here.
+    pub async fn common<A: Answerer, L: Language>(
+        &mut self,
+        answerer: &mut A,
+        step: &Step<L>,
+        probe: &ProbeRequest,
+    ) where
+        L::Expect: StdioExpect,
+    {
+        let deadline = step.deadline.map(Duration::from_secs_f64);
+        let exit = step.expect.as_ref().and_then(StdioExpect::exit);
+        match &step.action {
+            Action::Quiet(secs) => self.quiet(answerer, Duration::from_secs_f64(*secs)).await,
+            Action::Probe => {
+                let Some(key) = self.request(probe.method, serde_json::json!({})).await else {
+                    return;
+                };
+                let within = deadline.unwrap_or(probe.within);
+                if self
+                    .answer(answerer, &key, probe.what, within)
+                    .await
+                    .is_some()
+                {
+                    self.ev.observe(probe.still);
+                }
+            }
+            Action::CloseStdin => {
+                let within = deadline.unwrap_or(Duration::from_secs(5));
+                self.close_stdin(answerer, within, exit).await;
+            }
+            Action::ExitsWithin(secs) => {
+                self.exits_within(answerer, Duration::from_secs_f64(*secs))
+                    .await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the target (see [`Session::finish`]) and grades the case from
+    /// its evidence and transcript.
+    pub async fn graded<A: Answerer, D: crate::case::Dialect>(
+        mut self,
+        answerer: &mut A,
+        grace: Duration,
+        case: &crate::case::Case<D>,
+        strict: bool,
+        started: Instant,
+    ) -> crate::outcome::CaseResult {
+        let ended_early = self.finish(answerer, grace).await;
+        let evidence = self.evidence(ended_early);
+        crate::outcome::CaseResult::graded(
+            case,
+            evidence,
+            strict,
+            started,
+            self.transcript.into_entries(),
+        )
     }
 
     /// The case's evidence: what its steps found, every rule the watch saw

@@ -242,6 +242,20 @@ impl LineStream {
         }
     }
 
+    /// Writes one message in the stream's framing within `deadline`.
+    pub async fn send_message(
+        &mut self,
+        message: &serde_json::Value,
+        deadline: Duration,
+    ) -> Result<(), String> {
+        let payload = message.to_string().into_bytes();
+        let bytes = self
+            .codec
+            .encode(&payload)
+            .ok_or("a message over the frame limit")?;
+        self.send(&bytes, deadline).await
+    }
+
     /// Closes the child's stdin (end of input).
     pub fn close_stdin(&mut self) {
         self.stdin = None;

@@ -11,9 +11,8 @@ use crate::case::Case;
 use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
 use crate::outcome::{CaseResult, Direction, Transcript, TranscriptEntry};
-use crate::peer::Record;
+use crate::peer::{PeerScript, Record};
 use crate::target::Target;
-use crate::transport::process;
 use crate::transport::serve::{AfterRefusal, Out, Served};
 use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
 use crate::wire::{Codec, Refused};
@@ -86,99 +85,88 @@ impl Served for Peer {
 impl crate::peer::PeerRole for super::ClientCases {
     type Event = Event;
     type End = ClientEnd;
+    type Peer = Peer;
+    const ROLE: crate::suite::Role = crate::suite::Role::Client;
     const PLACEHOLDER: &'static str = "{agent}";
 
-    fn suite() -> &'static crate::suite::Suite {
-        &super::CLIENT
+    fn peer(script: Script, record: Record) -> Peer {
+        Peer::new(script, record)
     }
 
-    fn observe<'a>(
-        case: &'a Case<Self>,
-        target: &'a Target,
-        exe: &'a Path,
+    /// Runs the client against the case's scripted agent; returns the
+    /// agent's record, how the client ended, and what it logged.
+    async fn observe(
+        case: &Case<Self>,
+        target: &Target,
+        exe: &Path,
         started: Instant,
-    ) -> crate::peer::ObserveFuture<'a, crate::peer::Observed<Self>> {
-        Box::pin(observe(case, target, exe, started))
+    ) -> Result<(Vec<Event>, ClientEnd, String), String> {
+        let script = &case.config;
+        let peer = crate::peer::prepare("conform-acpc-", "acp", exe, script)?;
+        let work = peer.dir.path().join("work");
+        std::fs::create_dir(&work).map_err(|e| format!("cannot create the client's cwd: {e}"))?;
+        let agent = peer.command.clone();
+        let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
+        let builtin = {
+            let launcher = Launcher::Command(format!(
+                "cd {} && exec {agent}",
+                shell_quote(&work.display().to_string())
+            ));
+            let (work, id) = (work.clone(), case.id.clone());
+            async move { reference_client(&launcher, &work, &id).await }
+        };
+        let line = |cmd: &str| {
+            format!(
+                "cd {} && {}",
+                shell_quote(&work.display().to_string()),
+                cmd.replace("{agent}", &agent)
+            )
+        };
+        let env = [
+            ("CONFORM_AGENT", std::ffi::OsStr::new(&agent)),
+            ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
+        ];
+        let ended =
+            crate::peer::launch(target, "client", builtin, line, &env, started, deadline).await?;
+        let end = if ended.stopped {
+            ClientEnd::Stopped { ms: ended.ms }
+        } else {
+            ClientEnd::Exited {
+                code: ended.code,
+                ms: ended.ms,
+            }
+        };
+        let (log, record) = (ended.log, peer.record);
+        let events = crate::peer::read_record::<Event>(&record)?;
+        Ok((events, end, log))
     }
 
     fn evidence(case: &Case<Self>, events: &[Event], end: ClientEnd) -> Evidence {
         scripted::evidence(case, events, end)
     }
 
-    fn transcript(events: &[Event], log: &str, started: Instant) -> Vec<TranscriptEntry> {
-        transcript(events, log, started)
-    }
-}
-
-fn transcript(events: &[Event], client_log: &str, started: Instant) -> Vec<TranscriptEntry> {
-    let mut t = Transcript::new(started);
-    for e in events {
-        // From the agent's side: what the client sent is received.
-        let _ = match e {
-            Event::In { t_ms, line, .. } => t.log_at(*t_ms, "agent", Direction::Received, line),
-            Event::Out { t_ms, line } => t.log_at(*t_ms, "agent", Direction::Sent, line),
-            Event::File {
-                t_ms, name, detail, ..
-            } => t.log_at(
-                *t_ms,
-                "agent",
-                Direction::Event,
-                &format!("checkFile {name}: {detail}"),
-            ),
-        };
-    }
-    if !client_log.trim().is_empty() {
-        t.log_at(t.last_ms(), "client", Direction::Event, client_log);
-    }
-    t.into_entries()
-}
-
-/// Runs the client against the case's scripted agent; returns the agent's
-/// record, how the client ended, and what it logged.
-async fn observe(
-    case: &Case<super::ClientCases>,
-    target: &Target,
-    exe: &Path,
-    started: Instant,
-) -> Result<(Vec<Event>, ClientEnd, String), String> {
-    let script = &case.config;
-    let peer = crate::peer::prepare("conform-acpc-", "acp", exe, script)?;
-    let work = peer.dir.path().join("work");
-    std::fs::create_dir(&work).map_err(|e| format!("cannot create the client's cwd: {e}"))?;
-    let agent = peer.command.clone();
-    let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
-    let builtin = {
-        let launcher = Launcher::Command(format!(
-            "cd {} && exec {agent}",
-            shell_quote(&work.display().to_string())
-        ));
-        let (work, id) = (work.clone(), case.id.clone());
-        async move { reference_client(&launcher, &work, &id).await }
-    };
-    let line = |cmd: &str| {
-        format!(
-            "cd {} && {}",
-            shell_quote(&work.display().to_string()),
-            cmd.replace("{agent}", &agent)
-        )
-    };
-    let env = [
-        ("CONFORM_AGENT", std::ffi::OsStr::new(&agent)),
-        ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
-    ];
-    let ended =
-        crate::peer::launch(target, "client", builtin, line, &env, started, deadline).await?;
-    let end = if ended.stopped {
-        ClientEnd::Stopped { ms: ended.ms }
-    } else {
-        ClientEnd::Exited {
-            code: ended.code,
-            ms: ended.ms,
+    fn transcript(events: &[Event], client_log: &str, started: Instant) -> Vec<TranscriptEntry> {
+        let mut t = Transcript::new(started);
+        for e in events {
+            // From the agent's side: what the client sent is received.
+            let _ = match e {
+                Event::In { t_ms, line, .. } => t.log_at(*t_ms, "agent", Direction::Received, line),
+                Event::Out { t_ms, line } => t.log_at(*t_ms, "agent", Direction::Sent, line),
+                Event::File {
+                    t_ms, name, detail, ..
+                } => t.log_at(
+                    *t_ms,
+                    "agent",
+                    Direction::Event,
+                    &format!("checkFile {name}: {detail}"),
+                ),
+            };
         }
-    };
-    let (log, record) = (ended.log, peer.record);
-    let events = crate::peer::read_record::<Event>(&record)?;
-    Ok((events, end, log))
+        if !client_log.trim().is_empty() {
+            t.log_at(t.last_ms(), "client", Direction::Event, client_log);
+        }
+        t.into_entries()
+    }
 }
 
 /// Runs `client` in this process against the case's scripted agent served
@@ -226,35 +214,19 @@ where
 /// client") against the agent `agent` starts, in `cwd`. Returns the exit
 /// status and a log.
 pub async fn reference_client(agent: &Launcher, cwd: &Path, scenario: &str) -> (i32, Vec<String>) {
-    let mut log = Vec::new();
-    let mut stream = match agent.start(&[], Codec::Lines { limit: LINE_LIMIT }) {
-        Ok(s) => s,
-        Err(e) => {
-            log.push(format!("cannot start the agent: {e}"));
-            return (1, log);
-        }
-    };
     let cancel = scenario.contains("/cancel/");
     let mut editor = Editor::new(PathBuf::from(cwd), Permission::Allow);
-    let code = match workload(&mut stream, &mut editor, cwd, cancel, &mut log).await {
-        Ok(()) => 0,
-        Err(why) => {
-            log.push(why);
-            1
-        }
-    };
-    stream.close_stdin();
-    let _ = stream.process.wait_for_exit(Duration::from_secs(2)).await;
-    let _ = stream.process.shutdown(process::TERM_GRACE).await;
-    (code, log)
+    let codec = Codec::Lines { limit: LINE_LIMIT };
+    crate::peer::run_reference(agent, "agent", codec, 1, async |stream, log| {
+        workload(stream, &mut editor, cwd, cancel, log).await
+    })
+    .await
 }
 
 const WAIT: Duration = Duration::from_secs(15);
 
 async fn send(stream: &mut LineStream, msg: &Value) -> Result<(), String> {
-    let mut bytes = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-    bytes.push(b'\n');
-    stream.send(&bytes, WAIT).await
+    stream.send_message(msg, WAIT).await
 }
 
 /// Sends request `id` and answers the agent until its response comes.
@@ -385,11 +357,7 @@ mod tests {
     use crate::outcome::{Outcome, SkipKind};
 
     fn case(id: &str) -> Case<super::super::ClientCases> {
-        crate::case::load::<super::super::ClientCases>(&[])
-            .unwrap()
-            .into_iter()
-            .find(|c| c.id == id)
-            .unwrap()
+        crate::case::embedded(id)
     }
 
     #[tokio::test(start_paused = true)]
@@ -415,9 +383,7 @@ mod tests {
         .await;
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
         let f = r
-            .findings
-            .iter()
-            .find(|f| f.requirement.as_deref() == Some(scripted::rules::INITIALIZE_FIRST))
+            .finding(scripted::rules::INITIALIZE_FIRST)
             .expect("the initialize-first rule");
         assert_eq!(f.kind, Kind::Rule);
     }

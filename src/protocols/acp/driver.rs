@@ -9,11 +9,11 @@ use super::monitor::{Incoming, Monitor};
 use super::steps::{Config, Expect, NamedCheck, Need, Own, Permission, Prompt, Setup, Step};
 use super::table;
 use crate::case::Case;
-use crate::drive::stdio::{AnswerFuture, Answerer, Session};
+use crate::drive::stdio::{AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
-use crate::step::{Action, Bytes, ReplyRule};
+use crate::step::{Action, ReplyRule, StdioExpect};
 use crate::transport::process;
 use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
 use crate::wire::Codec;
@@ -23,6 +23,13 @@ use tokio::time::Instant;
 
 /// How long a request may take unless a step says otherwise.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// The request that asks whether the agent still serves.
+const PROBE: ProbeRequest = ProbeRequest {
+    method: "_conform/probe",
+    what: "a probe request (_conform/probe)",
+    still: "the agent still answers requests",
+    within: REQUEST_DEADLINE,
+};
 /// A prompt turn with conform's fake-model script is quick; a real model is not.
 const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a step waits for the agent to make a request it expects.
@@ -340,40 +347,21 @@ impl Context {
         // A setup that failed leaves the steps nothing to stand on.
         let setup_failed = !run.s.ev.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
-            if setup_failed
-                || run.s.stalled
-                || run.s.ev.skip.is_some()
-                || run.s.ev.error.is_some()
-                || !run.s.ev.findings.is_empty() && run.s.closed
-            {
+            if setup_failed || !run.s.goes_on() {
                 break;
             }
             run.step(i, step).await;
         }
-        let ended_early = run.s.finish(&mut run.role, EXIT_GRACE).await;
-        let evidence = run.s.evidence(ended_early);
+        let result = run
+            .s
+            .graded(&mut run.role, EXIT_GRACE, case, self.strict, started)
+            .await;
         drop(workspace);
-        CaseResult::graded(
-            case,
-            evidence,
-            self.strict,
-            started,
-            run.s.transcript.into_entries(),
-        )
+        result
     }
 }
 
 impl CaseRun<'_> {
-    /// Waits for the answer to request `key`; a missing one is a finding.
-    async fn answer(
-        &mut self,
-        key: &str,
-        what: &str,
-        within: Duration,
-    ) -> Option<Result<Value, Value>> {
-        self.s.answer(&mut self.role, key, what, within).await
-    }
-
     async fn setup(&mut self) {
         if self.config.setup == Setup::None {
             return;
@@ -383,7 +371,11 @@ impl CaseRun<'_> {
             return;
         };
         let startup = self.ctx.startup;
-        match self.answer(&key, "initialize", startup).await {
+        match self
+            .s
+            .answer(&mut self.role, &key, "initialize", startup)
+            .await
+        {
             Some(Ok(result)) => self.s.vars.set("initialize", result),
             Some(Err(e)) => {
                 self.s
@@ -399,7 +391,11 @@ impl CaseRun<'_> {
         let Some(key) = self.s.request("session/new", params).await else {
             return;
         };
-        match self.answer(&key, "session/new", REQUEST_DEADLINE).await {
+        match self
+            .s
+            .answer(&mut self.role, &key, "session/new", REQUEST_DEADLINE)
+            .await
+        {
             Some(Ok(result)) => self.set_session(result),
             Some(Err(e)) => match outside_protocol("session/new", &e) {
                 Some(why) => self.s.ev.skip(why, SkipKind::Outside),
@@ -457,12 +453,8 @@ impl CaseRun<'_> {
         let before = (requests_before, updates_before);
         match &step.action {
             Action::Write(bytes) => {
-                let bytes = match bytes {
-                    Bytes::Text(raw) => match self.s.expand(&json!(raw)) {
-                        Some(Value::String(text)) => text.into_bytes(),
-                        _ => return,
-                    },
-                    other => other.generated().unwrap_or_default(),
+                let Some(bytes) = self.s.raw_bytes(bytes) else {
+                    return;
                 };
                 if let Some(name) = &step.name {
                     // An answer to bytes that are no request has a null id.
@@ -514,7 +506,7 @@ impl CaseRun<'_> {
                 };
                 let what = format!("`{name}`");
                 let within = step.deadline_or(PROMPT_DEADLINE);
-                if let Some(a) = self.answer(&key, &what, within).await {
+                if let Some(a) = self.s.answer(&mut self.role, &key, &what, within).await {
                     self.judge(step.expect.as_ref(), &what, &a, before);
                 }
             }
@@ -556,33 +548,8 @@ impl CaseRun<'_> {
                     self.s.send(&a.to_message(&id)).await;
                 }
             }
-            Action::Quiet(secs) => {
-                self.s
-                    .quiet(&mut self.role, Duration::from_secs_f64(*secs))
-                    .await;
-            }
-            Action::Probe => {
-                let Some(key) = self.s.request("_conform/probe", json!({})).await else {
-                    return;
-                };
-                let within = step.deadline_or(REQUEST_DEADLINE);
-                if self
-                    .answer(&key, "a probe request (_conform/probe)", within)
-                    .await
-                    .is_some()
-                {
-                    self.s.ev.observe("the agent still answers requests");
-                }
-            }
-            Action::CloseStdin => {
-                let within = step.deadline_or(Duration::from_secs(5));
-                let exit = step.expect.as_ref().and_then(|e| e.exit);
-                self.s.close_stdin(&mut self.role, within, exit).await;
-            }
-            Action::ExitsWithin(secs) => {
-                self.s
-                    .exits_within(&mut self.role, Duration::from_secs_f64(*secs))
-                    .await;
+            Action::Quiet(_) | Action::Probe | Action::CloseStdin | Action::ExitsWithin(_) => {
+                self.s.common(&mut self.role, step, &PROBE).await;
             }
         }
     }
@@ -661,7 +628,7 @@ impl CaseRun<'_> {
             return;
         }
         let within = step.deadline_or(default);
-        if let Some(a) = self.answer(&key, method, within).await {
+        if let Some(a) = self.s.answer(&mut self.role, &key, method, within).await {
             if let (Some(name), Ok(v)) = (&step.name, &a) {
                 self.s.vars.set(name.clone(), v.clone());
             }

@@ -25,38 +25,25 @@ use steps::{Need, Step};
 pub const CATALOGUE: &str = "acp/requirements.json";
 
 /// Agents: conform plays the editor.
-pub const AGENT: Suite = Suite {
-    fuzz: Some(suite::FuzzEntry {
-        start: fuzz::start,
-        jobs: 4,
-    }),
-    reference: Some(serve_reference),
-    ..Suite::new(
-        Protocol::Acp,
-        Role::Agent,
-        CATALOGUE,
-        monitor::rules::EVERY_MESSAGE,
-        suite::load::<AgentCases>,
-    )
-};
+pub const AGENT: Suite = Suite::new(
+    Protocol::Acp,
+    Role::Agent,
+    CATALOGUE,
+    monitor::rules::EVERY_MESSAGE,
+    suite::load::<AgentCases>,
+)
+.fuzzed_by(fuzz::start, 4)
+.with_reference(serve_reference);
 
 /// Clients: conform plays an agent the client spawns.
-pub const CLIENT: Suite = Suite {
-    peer: Some(|script, record| {
-        Box::pin(crate::peer::serve_stdio(
-            script,
-            record,
-            client_role::Peer::new,
-        ))
-    }),
-    ..Suite::new(
-        Protocol::Acp,
-        Role::Client,
-        CATALOGUE,
-        scripted::rules::EVERY_MESSAGE,
-        suite::load::<ClientCases>,
-    )
-};
+pub const CLIENT: Suite = Suite::new(
+    Protocol::Acp,
+    Role::Client,
+    CATALOGUE,
+    scripted::rules::EVERY_MESSAGE,
+    suite::load::<ClientCases>,
+)
+.with_peer(crate::peer::serve_peer::<ClientCases>);
 
 /// The agent cases' language.
 #[derive(Debug, Clone, Copy)]
@@ -82,10 +69,6 @@ impl Dialect for ClientCases {
     type Config = scripted::Script;
     const PROTOCOL: Protocol = Protocol::Acp;
     const DIR: &'static str = scripted::CASES_DIR;
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        case.config.check()
-    }
 }
 
 crate::runs!(ClientCases, crate::peer::run::<ClientCases>);

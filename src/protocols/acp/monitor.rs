@@ -9,7 +9,7 @@
 use super::schema::{self, Side};
 use super::table;
 use crate::drive::stdio::{self, Watch};
-use crate::evidence::{Finding, Kind};
+use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -633,6 +633,11 @@ impl Monitor {
 
 /// The editor's watch in the shared stdio session.
 impl Watch for Monitor {
+    /// A finding and a closed stdout: nothing more to learn from this agent.
+    fn ends_steps(&self, found: &Evidence, closed: bool) -> bool {
+        !found.findings.is_empty() && closed
+    }
+
     fn sent(&mut self, message: &Value) -> Option<String> {
         Monitor::sent(self, message)
     }

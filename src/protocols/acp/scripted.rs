@@ -20,8 +20,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub const CASES_DIR: &str = "acp/client/cases";
-/// How long a client may take over its workload when a case says nothing.
-pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
 /// The session id the scripted agent gives.
 pub const SESSION_ID: &str = "conform-session-1";
 /// The scripted agent's protocol version.
@@ -179,28 +177,16 @@ pub struct Script {
     pub deadline: Option<f64>,
 }
 
-impl Script {
-    /// Checks what serde cannot; called at load.
-    pub fn check(&self) -> Result<(), String> {
-        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
-            return Err("config: deadline is between 0 and 600 seconds".into());
-        }
-        Ok(())
-    }
+impl crate::peer::PeerScript for Script {
+    const MAX_DEADLINE: f64 = 600.0;
 
-    pub fn deadline_seconds(&self) -> f64 {
-        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    fn deadline(&self) -> Option<f64> {
+        self.deadline
     }
 }
 
-/// One check of a client case.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(try_from = "RawClientStep")]
-pub struct ClientStep {
-    pub check: ClientCheck,
-    /// A broken check is information, never a failure.
-    pub info: bool,
-}
+/// One check of a case.
+pub type ClientStep = crate::peer::PeerStep<ClientCheck>;
 
 /// What a client case checks the client did.
 #[derive(Debug, Clone, PartialEq)]
@@ -241,7 +227,7 @@ pub enum AnswerWant {
 /// `sends`, `file`, `exit` (`exitZero` is `exit: "zero"`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawClientStep {
+pub struct RawClientStep {
     #[serde(default)]
     answered: Option<String>,
     #[serde(default = "one")]
@@ -274,10 +260,11 @@ fn one() -> usize {
     1
 }
 
-impl TryFrom<RawClientStep> for ClientStep {
-    type Error = String;
+impl crate::peer::CheckKeys for ClientCheck {
+    type Raw = RawClientStep;
+    const ONE_OF: &'static str = "answered, sends, file, exit";
 
-    fn try_from(r: RawClientStep) -> Result<ClientStep, String> {
+    fn read(r: RawClientStep) -> Result<(Vec<ClientCheck>, bool), String> {
         let exit = match (r.exit, r.exit_zero) {
             (Some(_), true) => return Err("exit and exitZero say the same: give one".into()),
             (Some(w), false) => Some(w),
@@ -323,13 +310,7 @@ impl TryFrom<RawClientStep> for ClientStep {
         checks.extend(r.sends.map(ClientCheck::Sends));
         checks.extend(r.file.map(ClientCheck::File));
         checks.extend(exit.map(ClientCheck::Exit));
-        match <[ClientCheck; 1]>::try_from(checks) {
-            Ok([check]) => Ok(ClientStep {
-                check,
-                info: r.info,
-            }),
-            Err(_) => Err("a step is one of answered, sends, file, exit".into()),
-        }
+        Ok((checks, r.info))
     }
 }
 

@@ -10,7 +10,7 @@
 //! While any step waits, conform answers the agent's requests as the
 //! configured editor and checks every line the agent writes.
 
-use crate::step::{self, Action, Language, ReplyRule, key};
+use crate::step::{self, Action, Language, ReplyRule};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -118,31 +118,18 @@ pub enum Permission {
     Cancelled,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Config {
-    #[serde(default)]
     pub client: Profile,
-    #[serde(default)]
     pub setup: Setup,
-    #[serde(default)]
     pub permission: Permission,
     /// Methods of the agent's requests conform holds unanswered until a
     /// `release` step (or a `cancel`, for permission requests).
-    #[serde(default)]
     pub withhold: Vec<String>,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            client: Profile::All,
-            setup: Setup::Session,
-            permission: Permission::Allow,
-            withhold: vec![],
-        }
-    }
-}
+impl crate::case::Config for Config {}
 
 /// The ACP dialect of the step language.
 #[derive(Debug, Clone)]
@@ -152,15 +139,12 @@ pub type Step = step::Step<Lang>;
 
 /// The dialect's own keys.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Extra {
-    #[serde(default)]
     pub prompt: Option<Prompt>,
     /// Send `session/cancel` for this session (templates expanded).
-    #[serde(default)]
     pub cancel: Option<String>,
     /// Answer every request held back by `withhold`.
-    #[serde(default)]
     pub release: bool,
 }
 
@@ -176,17 +160,7 @@ impl Language for Lang {
     type Extra = Extra;
     type Own = Own;
     type Expect = Expect;
-    const COMMON: &'static [&'static str] = &[
-        key::SEND,
-        key::RAW,
-        key::RAW_HEX,
-        key::AWAIT,
-        key::WAIT_FOR,
-        key::QUIET,
-        key::PROBE,
-        key::CLOSE_STDIN,
-        key::EXITS_WITHIN,
-    ];
+    const COMMON: &'static [&'static str] = step::STDIO_COMMON;
     const OWN: &'static [&'static str] = &["prompt", "cancel", "release"];
     const MAX_DEADLINE: f64 = 600.0;
 
@@ -220,25 +194,17 @@ impl Language for Lang {
     }
 
     fn check(step: &Step) -> Result<(), String> {
-        let expect = step.expect.as_ref();
-        step::check_stdio_expect(
-            &step.action,
-            expect.and_then(|e| e.exit),
-            expect.and_then(|e| e.reply),
-        )
+        step::check_stdio_expect(step)
     }
 }
 
 /// `session/prompt` on a session with one text block (or the given blocks).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Prompt {
-    #[serde(default)]
     pub text: Option<String>,
-    #[serde(default)]
     pub blocks: Option<Value>,
     /// The session id; `${session}` by default.
-    #[serde(default)]
     pub session: Option<String>,
 }
 
@@ -270,42 +236,28 @@ pub enum NamedCheck {
     SessionNotListed,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Expect {
-    #[serde(default)]
     pub reply: Option<ReplyRule>,
     /// A pattern the result must match (see `matcher`).
-    #[serde(default)]
     pub result: Option<Value>,
     /// A pattern the error object must match.
-    #[serde(default)]
     pub error: Option<Value>,
     /// Patterns each of which some `update` of the turn must match.
-    #[serde(default)]
     pub updates: Vec<Value>,
     /// Methods the agent must have requested during the step.
-    #[serde(default)]
     pub requests: Vec<String>,
     /// Methods the agent must not have requested during the step.
-    #[serde(default)]
     pub no_requests: Vec<String>,
     /// Skip the case when the agent did not request this method in the step
     /// (it does not follow conform's script, so the case cannot apply).
-    #[serde(default)]
     pub skip_unless: Option<String>,
     /// Skip the case when no update of the step matches this pattern.
-    #[serde(default)]
     pub skip_unless_update: Option<Value>,
     /// For `closeStdin`: the agent exits (true) within the deadline.
-    #[serde(default)]
     pub exit: Option<bool>,
-    #[serde(default)]
     pub checks: Vec<NamedCheck>,
 }
 
-impl Expect {
-    pub fn rule(&self) -> ReplyRule {
-        ReplyRule::of(self.reply, &self.result, &self.error)
-    }
-}
+crate::stdio_expect!(Expect);

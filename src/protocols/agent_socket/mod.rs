@@ -29,20 +29,15 @@ use steps::{Need, Step};
 pub const CATALOGUE: &str = "agent-socket/requirements.json";
 
 /// Servers: conform plays Vibe.
-pub const SERVER: Suite = Suite {
-    fuzz: Some(suite::FuzzEntry {
-        start: fuzz::start,
-        jobs: 32,
-    }),
-    reference: Some(serve_reference),
-    ..Suite::new(
-        Protocol::AgentSocket,
-        Role::Server,
-        CATALOGUE,
-        &[],
-        suite::load::<ServerCases>,
-    )
-};
+pub const SERVER: Suite = Suite::new(
+    Protocol::AgentSocket,
+    Role::Server,
+    CATALOGUE,
+    &[],
+    suite::load::<ServerCases>,
+)
+.fuzzed_by(fuzz::start, 32)
+.with_reference(serve_reference);
 
 /// Clients: conform plays the server.
 pub const CLIENT: Suite = Suite::new(
@@ -78,10 +73,6 @@ impl Dialect for ClientCases {
     type Config = scripted::ClientConfig;
     const PROTOCOL: Protocol = Protocol::AgentSocket;
     const DIR: &'static str = scripted::CASES_DIR;
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        case.config.check()
-    }
 }
 
 crate::runs!(ClientCases, scripted_server::run);

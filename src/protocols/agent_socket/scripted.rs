@@ -24,8 +24,6 @@ pub const SERVE_DEFAULTS: &str = "agent-socket/client/serve.json";
 /// Where the client cases live in the corpus.
 pub const CASES_DIR: &str = "agent-socket/client/cases";
 
-/// How long a client may take over its whole workload when a case says nothing.
-pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
 /// How late past its limit a client may close a connection it gave up on:
 /// scheduling on a shared machine, not leniency about the limit.
 pub const GIVE_UP_MARGIN_SECONDS: f64 = 3.0;
@@ -53,14 +51,8 @@ pub mod rules {
     pub const EVERY_MESSAGE: &[&str] = &[INITIALIZE_FIRST, ONE_REQUEST, COMPACT, ENVELOPE];
 }
 
-/// One check of a client case.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(try_from = "RawClientStep")]
-pub struct ClientStep {
-    pub check: ClientCheck,
-    /// A broken check is reported as information, never a failure.
-    pub info: bool,
-}
+/// One check of a case.
+pub type ClientStep = crate::peer::PeerStep<ClientCheck>;
 
 /// What a client case checks the client did.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,37 +85,27 @@ pub enum ClientCheck {
 
 /// A client step as the case file writes it: exactly one of `sends`,
 /// `neverSends`, `nothingAfter`, `exit`, `exitNot`, `givesUp`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawClientStep {
-    #[serde(default)]
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawClientStep {
     sends: Option<String>,
-    #[serde(default)]
     params: Option<Value>,
-    #[serde(default)]
     after: Option<String>,
-    #[serde(default)]
     never_sends: Option<String>,
-    #[serde(default)]
     nothing_after: Option<String>,
-    #[serde(default)]
     exit: Option<ExitWant>,
-    #[serde(default)]
     exit_not: Option<i32>,
-    #[serde(default)]
     gives_up: Option<String>,
-    #[serde(default)]
     within: Option<f64>,
-    #[serde(default)]
     plus_param: Option<String>,
-    #[serde(default)]
     info: bool,
 }
 
-impl TryFrom<RawClientStep> for ClientStep {
-    type Error = String;
+impl crate::peer::CheckKeys for ClientCheck {
+    type Raw = RawClientStep;
+    const ONE_OF: &'static str = "sends, neverSends, nothingAfter, exit, exitNot, givesUp";
 
-    fn try_from(r: RawClientStep) -> Result<ClientStep, String> {
+    fn read(r: RawClientStep) -> Result<(Vec<ClientCheck>, bool), String> {
         let mut checks = Vec::new();
         if let Some(method) = r.sends {
             checks.push(ClientCheck::Sends {
@@ -152,44 +134,28 @@ impl TryFrom<RawClientStep> for ClientStep {
             (None, None) if r.plus_param.is_none() => {}
             _ => return Err("givesUp takes within (and plusParam), and only it does".into()),
         }
-        match <[ClientCheck; 1]>::try_from(checks) {
-            Ok([check]) => Ok(ClientStep {
-                check,
-                info: r.info,
-            }),
-            Err(_) => Err(
-                "a step is exactly one of sends, neverSends, nothingAfter, exit, exitNot, givesUp"
-                    .into(),
-            ),
-        }
+        Ok((checks, r.info))
     }
 }
 
 /// How conform answers one method. Exactly one of `result`, `patch`,
 /// `error`, `line`, `raw`, `silent`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Rule {
     /// A result, in a JSON-RPC response to the request's id.
-    #[serde(default)]
     pub result: Option<Value>,
     /// A JSON merge patch (RFC 7386) on the default answer's result.
-    #[serde(default)]
     pub patch: Option<Value>,
     /// An error object, in a JSON-RPC response to the request's id.
-    #[serde(default)]
     pub error: Option<Value>,
     /// The whole message, written as one compact line (`${id}` is the request's id).
-    #[serde(default)]
     pub line: Option<Value>,
     /// These exact bytes (`${id}` replaced by the id's JSON).
-    #[serde(default)]
     pub raw: Option<String>,
     /// No answer at all: conform holds the connection open.
-    #[serde(default)]
     pub silent: bool,
     /// Close conform's side of the connection after answering.
-    #[serde(default)]
     pub close: bool,
 }
 
@@ -217,12 +183,10 @@ impl Rule {
 
 /// A client case's `config`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClientConfig {
-    #[serde(default)]
     pub serve: BTreeMap<String, Rule>,
     /// Seconds the client has for its whole workload before conform stops it.
-    #[serde(default)]
     pub deadline: Option<f64>,
 }
 
@@ -231,21 +195,19 @@ struct ServeFile {
     serve: BTreeMap<String, Rule>,
 }
 
-impl ClientConfig {
-    /// Checks what serde cannot; called at load.
-    pub fn check(&self) -> Result<(), String> {
+impl crate::peer::PeerScript for ClientConfig {
+    const MAX_DEADLINE: f64 = 3600.0;
+
+    fn deadline(&self) -> Option<f64> {
+        self.deadline
+    }
+
+    fn check_more(&self) -> Result<(), String> {
         for (method, rule) in &self.serve {
             rule.check()
                 .map_err(|e| format!("config: serve {method}: {e}"))?;
         }
-        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 3600.0)) {
-            return Err("config: deadline is between 0 and 3600 seconds".into());
-        }
         Ok(())
-    }
-
-    pub fn deadline_seconds(&self) -> f64 {
-        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
     }
 }
 

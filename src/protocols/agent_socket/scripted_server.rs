@@ -10,6 +10,7 @@ use crate::error::RunError;
 use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
 use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
+use crate::peer::PeerScript;
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
@@ -461,11 +462,7 @@ mod tests {
     use crate::outcome::Outcome;
 
     fn case(id: &str) -> Case<super::super::ClientCases> {
-        crate::case::load::<super::super::ClientCases>(&[])
-            .unwrap()
-            .into_iter()
-            .find(|c| c.id == id)
-            .unwrap()
+        crate::case::embedded(id)
     }
 
     fn python() -> String {
@@ -495,9 +492,7 @@ mod tests {
         .await;
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
         let f = r
-            .findings
-            .iter()
-            .find(|f| f.requirement.as_deref() == Some(scripted::rules::COMPACT))
+            .finding(scripted::rules::COMPACT)
             .expect("the compact rule");
         assert_eq!(f.kind, Kind::Framing);
     }

@@ -44,19 +44,15 @@ pub type Step = step::Step<Lang>;
 
 /// The dialect's own keys: its actions, and how a connection ends.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Extra {
     /// The reply on this connection has not come yet.
-    #[serde(default)]
     pub pending: Option<String>,
     /// Check the socket file's and its directory's modes.
-    #[serde(default)]
     pub socket_mode: bool,
     /// Close the connection right after sending, without reading.
-    #[serde(default)]
     pub close: bool,
     /// Shut down conform's writing half after sending, then read the reply.
-    #[serde(default)]
     pub half_close: bool,
 }
 

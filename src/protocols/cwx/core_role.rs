@@ -10,12 +10,11 @@ use super::table::Tier;
 use crate::case::Case;
 use crate::evidence::Evidence;
 use crate::outcome::{CaseResult, Direction, Transcript, TranscriptEntry};
-use crate::peer::Record;
+use crate::peer::{PeerScript, Record};
 use crate::target::Target;
 use crate::transport::process;
 use crate::transport::serve::{AfterRefusal, Out, Served};
 use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
-use crate::wire::frame::encode;
 use crate::wire::{Codec, Refused};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -132,61 +131,119 @@ impl Served for Peer {
 impl crate::peer::PeerRole for super::CoreCases {
     type Event = Event;
     type End = CoreEnd;
+    type Peer = Peer;
+    const ROLE: crate::suite::Role = crate::suite::Role::Core;
     const PLACEHOLDER: &'static str = "{host}";
 
-    fn suite() -> &'static crate::suite::Suite {
-        &super::CORE
+    fn peer(script: Script, record: Record) -> Peer {
+        Peer::new(script, record)
     }
 
-    fn observe<'a>(
-        case: &'a Case<Self>,
-        target: &'a Target,
-        exe: &'a Path,
+    /// Runs the core against the case's scripted host; returns the host's
+    /// record, how the core ended, and what it logged.
+    async fn observe(
+        case: &Case<Self>,
+        target: &Target,
+        exe: &Path,
         started: Instant,
-    ) -> crate::peer::ObserveFuture<'a, crate::peer::Observed<Self>> {
-        Box::pin(observe(case, target, exe, started))
+    ) -> Result<(Vec<Event>, CoreEnd, String), String> {
+        let script = &case.config;
+        let peer = crate::peer::prepare("conform-cwxc-", "cwx", exe, script)?;
+        let host = peer.command.clone();
+        let record = peer.record.clone();
+        let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
+        let ms = || started.elapsed().as_millis() as u64;
+        let builtin = {
+            let launcher = Launcher::Command(format!("exec {host}"));
+            let tier = script.tier;
+            async move { reference_core(&launcher, tier).await }
+        };
+        let env = [
+            ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
+            ("CONFORM_TIER", std::ffi::OsStr::new(script.tier.name())),
+            ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
+        ];
+        let ended = crate::peer::launch(
+            target,
+            "core",
+            builtin,
+            |cmd| cmd.replace("{host}", &host),
+            &env,
+            started,
+            deadline,
+        )
+        .await?;
+        let (code, stopped, log) = (ended.code, ended.stopped, ended.log);
+        let end_ms = ms();
+        // Give the host a moment to see its stdin close, then check it is gone;
+        // a host the core left behind is ended here, whatever the verdict.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut events = crate::peer::read_record::<Event>(&record)?;
+        let pid = events.iter().find_map(|e| match e {
+            Event::Pid { pid } => Some(*pid),
+            _ => None,
+        });
+        let mut host_outlived = false;
+        if let Some(pid) = pid
+            && process::is_running(pid as i32)
+        {
+            host_outlived = true;
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            events = crate::peer::read_record::<Event>(&record)?;
+        }
+        Ok((
+            events,
+            CoreEnd {
+                code,
+                stopped,
+                ms: end_ms,
+                host_outlived,
+            },
+            log,
+        ))
     }
 
     fn evidence(case: &Case<Self>, events: &[Event], end: CoreEnd) -> Evidence {
         scripted::evidence(case, events, end)
     }
 
-    fn transcript(events: &[Event], log: &str, started: Instant) -> Vec<TranscriptEntry> {
-        transcript(events, log, started)
+    fn transcript(events: &[Event], core_log: &str, started: Instant) -> Vec<TranscriptEntry> {
+        let mut t = Transcript::new(started);
+        for e in events {
+            let _ = match e {
+                Event::Pid { .. } => None,
+                Event::In { t_ms, payload } => {
+                    t.log_at(*t_ms, "host", Direction::Received, payload)
+                }
+                Event::Out { t_ms, payload } => t.log_at(*t_ms, "host", Direction::Sent, payload),
+                Event::BadFrame { t_ms, why } => t.log_at(
+                    *t_ms,
+                    "host",
+                    Direction::Event,
+                    &format!("a broken frame from the core: {why}"),
+                ),
+                Event::BrokeFrame { t_ms } => t.log_at(
+                    *t_ms,
+                    "host",
+                    Direction::Event,
+                    "the host wrote a frame with a bad magic",
+                ),
+                Event::Closed { t_ms } => t.log_at(
+                    *t_ms,
+                    "host",
+                    Direction::Event,
+                    "the core closed the host's stdin",
+                ),
+            };
+        }
+        if !core_log.trim().is_empty() {
+            t.log_at(t.last_ms(), "core", Direction::Event, core_log);
+        }
+        t.into_entries()
     }
-}
-
-fn transcript(events: &[Event], core_log: &str, started: Instant) -> Vec<TranscriptEntry> {
-    let mut t = Transcript::new(started);
-    for e in events {
-        let _ = match e {
-            Event::Pid { .. } => None,
-            Event::In { t_ms, payload } => t.log_at(*t_ms, "host", Direction::Received, payload),
-            Event::Out { t_ms, payload } => t.log_at(*t_ms, "host", Direction::Sent, payload),
-            Event::BadFrame { t_ms, why } => t.log_at(
-                *t_ms,
-                "host",
-                Direction::Event,
-                &format!("a broken frame from the core: {why}"),
-            ),
-            Event::BrokeFrame { t_ms } => t.log_at(
-                *t_ms,
-                "host",
-                Direction::Event,
-                "the host wrote a frame with a bad magic",
-            ),
-            Event::Closed { t_ms } => t.log_at(
-                *t_ms,
-                "host",
-                Direction::Event,
-                "the core closed the host's stdin",
-            ),
-        };
-    }
-    if !core_log.trim().is_empty() {
-        t.log_at(t.last_ms(), "core", Direction::Event, core_log);
-    }
-    t.into_entries()
 }
 
 /// Runs `core` in this process against the case's scripted host served over
@@ -222,101 +279,19 @@ where
     crate::peer::graded(case, Ok((host.events(), end, log)), strict, started)
 }
 
-async fn observe(
-    case: &Case<super::CoreCases>,
-    target: &Target,
-    exe: &Path,
-    started: Instant,
-) -> Result<(Vec<Event>, CoreEnd, String), String> {
-    let script = &case.config;
-    let peer = crate::peer::prepare("conform-cwxc-", "cwx", exe, script)?;
-    let host = peer.command.clone();
-    let record = peer.record.clone();
-    let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
-    let ms = || started.elapsed().as_millis() as u64;
-    let builtin = {
-        let launcher = Launcher::Command(format!("exec {host}"));
-        let tier = script.tier;
-        async move { reference_core(&launcher, tier).await }
-    };
-    let env = [
-        ("CONFORM_HOST", std::ffi::OsStr::new(&host)),
-        ("CONFORM_TIER", std::ffi::OsStr::new(script.tier.name())),
-        ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
-    ];
-    let ended = crate::peer::launch(
-        target,
-        "core",
-        builtin,
-        |cmd| cmd.replace("{host}", &host),
-        &env,
-        started,
-        deadline,
-    )
-    .await?;
-    let (code, stopped, log) = (ended.code, ended.stopped, ended.log);
-    let end_ms = ms();
-    // Give the host a moment to see its stdin close, then check it is gone;
-    // a host the core left behind is ended here, whatever the verdict.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut events = crate::peer::read_record::<Event>(&record)?;
-    let pid = events.iter().find_map(|e| match e {
-        Event::Pid { pid } => Some(*pid),
-        _ => None,
-    });
-    let mut host_outlived = false;
-    if let Some(pid) = pid
-        && process::is_running(pid as i32)
-    {
-        host_outlived = true;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        events = crate::peer::read_record::<Event>(&record)?;
-    }
-    Ok((
-        events,
-        CoreEnd {
-            code,
-            stopped,
-            ms: end_ms,
-            host_outlived,
-        },
-        log,
-    ))
-}
-
 /// conform's reference core: the workload of the README ("Testing a
 /// core") against the host of `tier` that `host` starts.
 pub async fn reference_core(host: &Launcher, tier: Tier) -> (i32, Vec<String>) {
-    let mut log = Vec::new();
-    let mut stream = match host.start(&[], Codec::Frames) {
-        Ok(s) => s,
-        Err(e) => {
-            log.push(format!("cannot start the host: {e}"));
-            return (1, log);
-        }
-    };
-    let code = match workload(&mut stream, tier, &mut log).await {
-        Ok(()) => 0,
-        Err(why) => {
-            log.push(why);
-            3
-        }
-    };
-    stream.close_stdin();
-    let _ = stream.process.wait_for_exit(Duration::from_secs(2)).await;
-    let _ = stream.process.shutdown(process::TERM_GRACE).await;
-    (code, log)
+    crate::peer::run_reference(host, "host", Codec::Frames, 3, async |stream, log| {
+        workload(stream, tier, log).await
+    })
+    .await
 }
 
 const WAIT: Duration = Duration::from_secs(15);
 
 async fn send(stream: &mut LineStream, msg: &Value) -> Result<(), String> {
-    let payload = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
-    let frame = encode(&payload).ok_or("a message over the frame limit")?;
-    stream.send(&frame, WAIT).await
+    stream.send_message(msg, WAIT).await
 }
 
 /// The next message from the host before `until`; a broken frame or a
@@ -464,13 +439,10 @@ mod tests {
     use super::*;
     use crate::evidence::Kind;
     use crate::outcome::Outcome;
+    use crate::wire::frame::encode;
 
     fn case(id: &str) -> Case<super::super::CoreCases> {
-        crate::case::load::<super::super::CoreCases>(&[])
-            .unwrap()
-            .into_iter()
-            .find(|c| c.id == id)
-            .unwrap()
+        crate::case::embedded(id)
     }
 
     #[tokio::test(start_paused = true)]
@@ -496,11 +468,7 @@ mod tests {
         })
         .await;
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
-        let f = r
-            .findings
-            .iter()
-            .find(|f| f.requirement.as_deref() == Some(scripted::rules::FRAMES))
-            .expect("the frames rule");
+        let f = r.finding(scripted::rules::FRAMES).expect("the frames rule");
         assert_eq!(f.kind, Kind::Shape);
     }
 

@@ -7,12 +7,12 @@ use super::steps::{Expect, NamedCheck, Need, Setup, Step};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::Case;
-use crate::drive::stdio::{self, AnswerFuture, Answerer, Session};
+use crate::drive::stdio::{self, AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::keep::Keep;
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
-use crate::step::{Action, Bytes, ReplyRule};
+use crate::step::{Action, ReplyRule, StdioExpect};
 use crate::transport::stdio::Launcher;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -21,6 +21,13 @@ use tokio::time::Instant;
 
 /// "| `host/ping` | `PING_DEADLINE` (10 s) |": the default for any request.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// The request that asks whether the host still serves.
+const PROBE: ProbeRequest = ProbeRequest {
+    method: "host/ping",
+    what: "a probe (host/ping)",
+    still: "the host still answers host/ping",
+    within: REQUEST_DEADLINE,
+};
 /// "| `host/initialize` | `HANDSHAKE_DEADLINE` (30 s) |"
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(30);
 const EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -265,6 +272,12 @@ impl stdio::Watch for HostWatch {
 
     /// Like the core, conform ends the exchange at the host's first protocol
     /// error: nothing after it is read.
+    /// A host that broke a rule of the exchange leaves the rest of the
+    /// case nothing to stand on.
+    fn ends_steps(&self, _: &Evidence, _: bool) -> bool {
+        !self.violations.is_empty()
+    }
+
     fn halted(&self) -> bool {
         !self.violations.is_empty()
     }
@@ -371,39 +384,18 @@ impl Context {
             }
         }
         for (i, step) in case.steps.iter().enumerate() {
-            if setup_failed
-                || run.s.stalled
-                || run.s.ev.skip.is_some()
-                || run.s.ev.error.is_some()
-                || !run.s.watch.violations.is_empty()
-            {
+            if setup_failed || !run.s.goes_on() {
                 break;
             }
             run.step(i, step).await;
         }
-        let ended_early = run.s.finish(&mut run.role, EXIT_GRACE).await;
-        let evidence = run.s.evidence(ended_early);
-        CaseResult::graded(
-            case,
-            evidence,
-            self.strict,
-            started,
-            run.s.transcript.into_entries(),
-        )
+        run.s
+            .graded(&mut run.role, EXIT_GRACE, case, self.strict, started)
+            .await
     }
 }
 
 impl CaseRun<'_> {
-    /// Waits for the answer to request `key`; a missing one is a finding.
-    async fn answer(
-        &mut self,
-        key: &str,
-        what: &str,
-        within: Duration,
-    ) -> Option<Result<Value, Value>> {
-        self.s.answer(&mut self.role, key, what, within).await
-    }
-
     /// Waits, within `within`, for the host to send a notification of `method`.
     async fn saw(&mut self, method: &str, within: Duration) -> bool {
         let m = method.to_owned();
@@ -445,7 +437,8 @@ impl CaseRun<'_> {
             return;
         };
         if self
-            .answer(&key, "host/initialize", HANDSHAKE_DEADLINE)
+            .s
+            .answer(&mut self.role, &key, "host/initialize", HANDSHAKE_DEADLINE)
             .await
             .is_none()
         {
@@ -472,7 +465,13 @@ impl CaseRun<'_> {
             return;
         };
         match self
-            .answer(&key, "ext/activate", Duration::from_secs(11))
+            .s
+            .answer(
+                &mut self.role,
+                &key,
+                "ext/activate",
+                Duration::from_secs(11),
+            )
             .await
         {
             Some(Ok(r)) if r["status"] == "ok" => {
@@ -499,12 +498,8 @@ impl CaseRun<'_> {
     async fn step(&mut self, index: usize, step: &Step) {
         match &step.action {
             Action::Write(bytes) => {
-                let bytes = match bytes {
-                    Bytes::Text(raw) => match self.s.expand(&json!(raw)) {
-                        Some(Value::String(text)) => text.into_bytes(),
-                        _ => return,
-                    },
-                    other => other.generated().unwrap_or_default(),
+                let Some(bytes) = self.s.raw_bytes(bytes) else {
+                    return;
                 };
                 self.s.write_raw(&bytes, &step.pauses).await;
             }
@@ -586,32 +581,8 @@ impl CaseRun<'_> {
                     }
                 }
             }
-            Action::Quiet(secs) => {
-                self.s
-                    .quiet(&mut self.role, Duration::from_secs_f64(*secs))
-                    .await;
-            }
-            Action::Probe => {
-                let Some(key) = self.s.request("host/ping", json!({})).await else {
-                    return;
-                };
-                if self
-                    .answer(&key, "a probe (host/ping)", REQUEST_DEADLINE)
-                    .await
-                    .is_some()
-                {
-                    self.s.ev.observe("the host still answers host/ping");
-                }
-            }
-            Action::ExitsWithin(secs) => {
-                self.s
-                    .exits_within(&mut self.role, Duration::from_secs_f64(*secs))
-                    .await;
-            }
-            Action::CloseStdin => {
-                let within = step.deadline_or(Duration::from_secs(5));
-                let exit = step.expect.as_ref().and_then(|e| e.exit);
-                self.s.close_stdin(&mut self.role, within, exit).await;
+            Action::Quiet(_) | Action::Probe | Action::CloseStdin | Action::ExitsWithin(_) => {
+                self.s.common(&mut self.role, step, &PROBE).await;
             }
             Action::Own(own) => match *own {},
         }
@@ -643,7 +614,7 @@ impl CaseRun<'_> {
             }
             return;
         }
-        let Some(answer) = self.answer(key, method, within).await else {
+        let Some(answer) = self.s.answer(&mut self.role, key, method, within).await else {
             return;
         };
         let Some(expect) = &step.expect else {

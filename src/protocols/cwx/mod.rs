@@ -26,38 +26,25 @@ use table::Tier;
 pub const CATALOGUE: &str = "cwx/requirements.json";
 
 /// Hosts: conform plays the core.
-pub const HOST: Suite = Suite {
-    fuzz: Some(suite::FuzzEntry {
-        start: fuzz::start,
-        jobs: 4,
-    }),
-    reference: Some(serve_reference),
-    ..Suite::new(
-        Protocol::Cwx,
-        Role::Host,
-        CATALOGUE,
-        driver::rules::EVERY_MESSAGE,
-        suite::load::<HostCases>,
-    )
-};
+pub const HOST: Suite = Suite::new(
+    Protocol::Cwx,
+    Role::Host,
+    CATALOGUE,
+    driver::rules::EVERY_MESSAGE,
+    suite::load::<HostCases>,
+)
+.fuzzed_by(fuzz::start, 4)
+.with_reference(serve_reference);
 
 /// Cores: conform plays a host the core launches.
-pub const CORE: Suite = Suite {
-    peer: Some(|script, record| {
-        Box::pin(crate::peer::serve_stdio(
-            script,
-            record,
-            core_role::Peer::new,
-        ))
-    }),
-    ..Suite::new(
-        Protocol::Cwx,
-        Role::Core,
-        CATALOGUE,
-        scripted::rules::EVERY_MESSAGE,
-        suite::load::<CoreCases>,
-    )
-};
+pub const CORE: Suite = Suite::new(
+    Protocol::Cwx,
+    Role::Core,
+    CATALOGUE,
+    scripted::rules::EVERY_MESSAGE,
+    suite::load::<CoreCases>,
+)
+.with_peer(crate::peer::serve_peer::<CoreCases>);
 
 /// The host cases' language.
 #[derive(Debug, Clone, Copy)]
@@ -83,10 +70,6 @@ impl Dialect for CoreCases {
     type Config = scripted::Script;
     const PROTOCOL: Protocol = Protocol::Cwx;
     const DIR: &'static str = scripted::CASES_DIR;
-
-    fn check(case: &Case<Self>) -> Result<(), String> {
-        case.config.check()
-    }
 }
 
 crate::runs!(CoreCases, crate::peer::run::<CoreCases>);

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub const CASES_DIR: &str = "cwx/core/cases";
-pub const DEFAULT_DEADLINE_SECONDS: f64 = 20.0;
 /// How late past a call's `deadline_ms` the `$/cancel` may come: scheduling
 /// on a shared machine, not leniency about the deadline.
 pub const CANCEL_MARGIN_MS: u64 = 1500;
@@ -64,28 +63,16 @@ impl Default for Script {
     }
 }
 
-impl Script {
-    /// Checks what serde cannot; called at load.
-    pub fn check(&self) -> Result<(), String> {
-        if self.deadline.is_some_and(|d| !(d > 0.0 && d <= 600.0)) {
-            return Err("config: deadline is between 0 and 600 seconds".into());
-        }
-        Ok(())
-    }
+impl crate::peer::PeerScript for Script {
+    const MAX_DEADLINE: f64 = 600.0;
 
-    pub fn deadline_seconds(&self) -> f64 {
-        self.deadline.unwrap_or(DEFAULT_DEADLINE_SECONDS)
+    fn deadline(&self) -> Option<f64> {
+        self.deadline
     }
 }
 
-/// One check of a core case.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(try_from = "RawCoreStep")]
-pub struct CoreStep {
-    pub check: CoreCheck,
-    /// A broken check is information, never a failure.
-    pub info: bool,
-}
+/// One check of a case.
+pub type CoreStep = crate::peer::PeerStep<CoreCheck>;
 
 /// What a core case checks the core did.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,27 +91,22 @@ pub enum CoreCheck {
 
 /// A core step as the case file writes it: exactly one of `sends`,
 /// `cancels`, `endsHost`, `exit` (`exitZero` is `exit: "zero"`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawCoreStep {
-    #[serde(default)]
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCoreStep {
     sends: Option<String>,
-    #[serde(default)]
     cancels: Option<String>,
-    #[serde(default)]
     ends_host: bool,
-    #[serde(default)]
     exit: Option<ExitWant>,
-    #[serde(default)]
     exit_zero: bool,
-    #[serde(default)]
     info: bool,
 }
 
-impl TryFrom<RawCoreStep> for CoreStep {
-    type Error = String;
+impl crate::peer::CheckKeys for CoreCheck {
+    type Raw = RawCoreStep;
+    const ONE_OF: &'static str = "sends, cancels, endsHost, exit";
 
-    fn try_from(r: RawCoreStep) -> Result<CoreStep, String> {
+    fn read(r: RawCoreStep) -> Result<(Vec<CoreCheck>, bool), String> {
         let zero = ExitWant::Named(crate::peer::ExitClass::Zero);
         let checks: Vec<CoreCheck> = [
             r.sends.map(CoreCheck::Sends),
@@ -136,13 +118,7 @@ impl TryFrom<RawCoreStep> for CoreStep {
         .into_iter()
         .flatten()
         .collect();
-        match <[CoreCheck; 1]>::try_from(checks) {
-            Ok([check]) => Ok(CoreStep {
-                check,
-                info: r.info,
-            }),
-            Err(_) => Err("a step is one of sends, cancels, endsHost, exit".into()),
-        }
+        Ok((checks, r.info))
     }
 }
 

@@ -6,7 +6,7 @@
 //! raw bytes (`rawHex`), `await` an answer, `waitFor` a host message,
 //! watch (`quiet`), `probe` with `host/ping`, or close the host's stdin.
 
-use crate::step::{self, Action, Language, ReplyRule, key};
+use crate::step::{self, Action, Language, ReplyRule};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -67,6 +67,8 @@ pub struct Config {
     pub setup: Setup,
 }
 
+impl crate::case::Config for Config {}
+
 /// The cwx dialect of the step language: the common actions only.
 #[derive(Debug, Clone)]
 pub struct Lang;
@@ -86,17 +88,7 @@ impl Language for Lang {
     type Extra = Extra;
     type Own = Own;
     type Expect = Expect;
-    const COMMON: &'static [&'static str] = &[
-        key::SEND,
-        key::RAW,
-        key::RAW_HEX,
-        key::AWAIT,
-        key::WAIT_FOR,
-        key::QUIET,
-        key::PROBE,
-        key::CLOSE_STDIN,
-        key::EXITS_WITHIN,
-    ];
+    const COMMON: &'static [&'static str] = step::STDIO_COMMON;
     const OWN: &'static [&'static str] = &[];
     const MAX_DEADLINE: f64 = 600.0;
 
@@ -110,12 +102,7 @@ impl Language for Lang {
         {
             return Err("a cwx request's id is the core's to choose".into());
         }
-        let expect = step.expect.as_ref();
-        step::check_stdio_expect(
-            &step.action,
-            expect.and_then(|e| e.exit),
-            expect.and_then(|e| e.reply),
-        )
+        step::check_stdio_expect(step)
     }
 }
 
@@ -126,24 +113,15 @@ pub enum NamedCheck {
     ResultShape,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Expect {
-    #[serde(default)]
     pub reply: Option<ReplyRule>,
-    #[serde(default)]
     pub result: Option<Value>,
-    #[serde(default)]
     pub error: Option<Value>,
     /// For `closeStdin`: the host exits within the deadline.
-    #[serde(default)]
     pub exit: Option<bool>,
-    #[serde(default)]
     pub checks: Vec<NamedCheck>,
 }
 
-impl Expect {
-    pub fn rule(&self) -> ReplyRule {
-        ReplyRule::of(self.reply, &self.result, &self.error)
-    }
-}
+crate::stdio_expect!(Expect);

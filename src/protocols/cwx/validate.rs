@@ -212,15 +212,11 @@ pub struct ProcWriteParams {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct McpHttpHeaders {
-    #[serde(default)]
     pub accept: Option<String>,
-    #[serde(default)]
     pub content_type: Option<String>,
-    #[serde(default)]
     pub mcp_session_id: Option<String>,
-    #[serde(default)]
     pub mcp_protocol_version: Option<String>,
 }
 
