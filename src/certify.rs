@@ -11,7 +11,7 @@
 //! skipping for any other reason.
 
 use crate::case::Level;
-use crate::outcome::{Exercise, Outcome, RunReport};
+use crate::outcome::{Exercise, Outcome, RunReport, Verdict};
 use crate::requirements::Catalogue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -94,33 +94,50 @@ pub fn bundle(
         if verdict == "not-exercised" && r.level == Level::Must {
             unexercised.push(r.id.clone());
         }
-        requirements.push(json!({
+        let mut entry = json!({
             "id": r.id,
             "level": r.level,
             "source": r.source,
             "quote": r.quote,
             "verdict": verdict,
             "no_case": if cases.is_empty() { r.no_case.clone() } else { None },
+
             "evidence": cases.iter().map(|c| json!({
                 "case": c.id,
                 "outcome": c.outcome,
                 "waiver": report.waivers.get(&c.id),
                 "message": crate::matcher::truncate(&c.message, 500),
             })).collect::<Vec<_>>(),
-        }));
+        });
+        // A baseline may accept that a run cannot exercise a MUST; a
+        // certificate does not, but it shows the reason.
+        if let Some(w) = report
+            .unexercised
+            .iter()
+            .find(|u| u.requirement == r.id)
+            .and_then(|u| u.waiver.clone())
+        {
+            entry["waiver"] = json!(w);
+        }
+        requirements.push(entry);
     }
     if !complete {
         reasons.push("only part of the suite was selected (--filter or --shard)".into());
     }
-    if report.exit_code() != 0 {
-        reasons.push(format!(
+    match report.verdict {
+        Verdict::Failed => reasons.push(format!(
             "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers, {} MUST requirements unexercised",
             report.summary.failed,
             report.summary.waived,
             report.summary.errors,
             report.summary.stale,
             report.summary.unexercised
-        ));
+        )),
+        Verdict::Incomplete => reasons.push(format!(
+            "the run is incomplete: {} MUST requirements unexercised",
+            report.summary.unexercised
+        )),
+        Verdict::Passed => {}
     }
     if !unexercised.is_empty() {
         reasons.push(format!(

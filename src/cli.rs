@@ -324,8 +324,10 @@ async fn run_target(
     let baseline = match &args.expected_failures {
         Some(path) => {
             let known: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            let musts = suite.musts();
             let names: Vec<String> = args.target.iter().map(Target::to_string).collect();
-            Some(Baseline::load(path, &known, &names)?.for_target(&options.target.to_string()))
+            let b = Baseline::load(path, &known, &musts, &names)?;
+            Some(b.for_target(&options.target.to_string()))
         }
         None => None,
     };
@@ -340,7 +342,7 @@ async fn run_target(
     let mut on_case = |r: &crate::outcome::CaseResult, done, total| progress.case(r, done, total);
     let mut report = cases.run(options, &mut on_case).await?;
     if let Some(b) = &baseline {
-        b.apply(&mut report);
+        b.apply(&mut report, suite.watched);
     }
     Ok(Some(report))
 }

@@ -272,9 +272,13 @@ pub struct Summary {
     #[serde(skip_serializing_if = "is_zero")]
     pub stale: usize,
     /// MUST requirements whose selected cases were all skipped, at least
-    /// one for a reason outside the target's declaration: not a pass.
+    /// one for a reason outside the target's declaration, and that no
+    /// baseline entry accepts: not a pass.
     #[serde(skip_serializing_if = "is_zero")]
     pub unexercised: usize,
+    /// Unexercised MUST requirements a baseline accepts, with a reason.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unexercised_waived: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -301,6 +305,48 @@ impl Summary {
     }
 }
 
+/// What a run comes to, and its exit status (DESIGN.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Nothing required failed and every selected MUST was exercised: 0.
+    Passed,
+    /// A required case failed, conform could not run one, or an expected
+    /// failure is stale: 1.
+    Failed,
+    /// Nothing failed, but a selected MUST requirement was never exercised
+    /// and no baseline entry accepts that: 3.
+    Incomplete,
+}
+
+impl Verdict {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Passed => 0,
+            Verdict::Failed => 1,
+            Verdict::Incomplete => 3,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Passed => "PASSED",
+            Verdict::Failed => "FAILED",
+            Verdict::Incomplete => "INCOMPLETE",
+        }
+    }
+
+    /// How bad it is, for the worst of several targets: a failure outranks
+    /// an incomplete run, which outranks a pass.
+    pub fn severity(self) -> u8 {
+        match self {
+            Verdict::Passed => 0,
+            Verdict::Incomplete => 1,
+            Verdict::Failed => 2,
+        }
+    }
+}
+
 /// Everything a report needs about one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -309,6 +355,8 @@ pub struct RunReport {
     pub target: String,
     pub conform_version: String,
     pub strict: bool,
+    /// Kept up to date by [`RunReport::settle`].
+    pub verdict: Verdict,
     pub summary: Summary,
     pub cases: Vec<CaseResult>,
     /// Run-level observations: the target's stderr tail, how it ended.
@@ -331,6 +379,9 @@ pub struct Unexercised {
     pub requirement: String,
     /// The cases that would have exercised it, each with why it was skipped.
     pub cases: Vec<SkippedCase>,
+    /// Why a baseline accepts that this run cannot exercise it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiver: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -368,17 +419,36 @@ pub fn exercise(cases: &[&CaseResult], watched_and_any_ran: bool) -> Exercise {
 }
 
 impl RunReport {
-    /// Exit status per DESIGN.md: 1 when a case failed. An `error` outcome is
-    /// conform's own failure to run a case, which must not pass silently either.
-    /// A MUST requirement left unexercised is not a pass either.
-    pub fn exit_code(&self) -> i32 {
-        let failed = self.summary.failed - self.summary.waived.min(self.summary.failed);
+    /// What the run comes to: failed when a required case failed (an
+    /// `error` outcome, conform's own failure to run a case, must not pass
+    /// silently either) or an expected failure is stale; incomplete when
+    /// nothing failed but a MUST requirement was left unexercised.
+    fn judge(&self) -> Verdict {
         let s = &self.summary;
-        if failed > 0 || s.errors > 0 || s.stale > 0 || s.unexercised > 0 {
-            1
+        let failed = s.failed - s.waived.min(s.failed);
+        if failed > 0 || s.errors > 0 || s.stale > 0 {
+            Verdict::Failed
+        } else if s.unexercised > 0 {
+            Verdict::Incomplete
         } else {
-            0
+            Verdict::Passed
         }
+    }
+
+    /// Recounts what a baseline changed and the verdict.
+    pub fn settle(&mut self) {
+        self.summary.unexercised = self
+            .unexercised
+            .iter()
+            .filter(|u| u.waiver.is_none())
+            .count();
+        self.summary.unexercised_waived = self.unexercised.len() - self.summary.unexercised;
+        self.verdict = self.judge();
+    }
+
+    /// Exit status per DESIGN.md: 0 passed, 1 failed, 3 incomplete.
+    pub fn exit_code(&self) -> i32 {
+        self.verdict.exit_code()
     }
 }
 
@@ -397,6 +467,7 @@ impl RunReport {
             target,
             conform_version: env!("CARGO_PKG_VERSION").into(),
             strict,
+            verdict: Verdict::Passed,
             summary: Summary::of(&cases),
             cases,
             notes,
@@ -405,6 +476,7 @@ impl RunReport {
             unexercised: vec![],
         };
         report.mark_unexercised(suite.catalogue(), suite.watched);
+        report.settle();
         report
     }
 
@@ -445,11 +517,12 @@ impl RunReport {
                             why: c.message.clone(),
                         })
                         .collect(),
+                    waiver: None,
                 });
             }
         }
-        self.summary.unexercised = found.len();
         self.unexercised = found;
+        self.settle();
     }
 }
 
@@ -491,6 +564,42 @@ mod tests {
         t.log_at(5, "c", Direction::Event, &long);
         assert!(t.entries()[0].data.len() < long.len());
         assert_eq!(t.last_ms(), 5);
+    }
+
+    #[test]
+    fn an_unexercised_must_is_incomplete_unless_waived_and_a_failure_outranks_it() {
+        let mut r = RunReport {
+            protocol: crate::suite::Protocol::Acp,
+            role: crate::suite::Role::Agent,
+            target: "t".into(),
+            conform_version: "0".into(),
+            strict: false,
+            verdict: Verdict::Passed,
+            summary: Summary::default(),
+            cases: vec![],
+            notes: vec![],
+            waivers: Default::default(),
+            stale: vec![],
+            unexercised: vec![Unexercised {
+                requirement: "r".into(),
+                cases: vec![],
+                waiver: None,
+            }],
+        };
+        r.settle();
+        assert_eq!((r.verdict, r.exit_code()), (Verdict::Incomplete, 3));
+        r.unexercised[0].waiver = Some("known".into());
+        r.settle();
+        assert_eq!(
+            (r.verdict, r.summary.unexercised_waived),
+            (Verdict::Passed, 1)
+        );
+        r.summary.failed = 1;
+        r.unexercised[0].waiver = None;
+        r.settle();
+        assert_eq!((r.verdict, r.exit_code()), (Verdict::Failed, 1));
+        assert!(Verdict::Failed.severity() > Verdict::Incomplete.severity());
+        assert!(Verdict::Incomplete.severity() > Verdict::Passed.severity());
     }
 
     #[test]

@@ -383,6 +383,16 @@ impl Suite {
         self.protocol.catalogue()
     }
 
+    /// The ids of the MUST requirements of the role under test.
+    pub fn musts(&self) -> Vec<String> {
+        self.catalogue()
+            .requirements
+            .iter()
+            .filter(|r| r.role == self.role && r.level == crate::case::Level::Must)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
     /// The report of a finished run, with its unexercised MUSTs marked.
     pub fn report(
         &self,

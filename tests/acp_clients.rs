@@ -154,7 +154,8 @@ fn a_client_that_never_cancels_leaves_the_cancel_musts_unexercised_not_failed() 
         &client_fixture("never-cancels"),
         &["--role", "client", "--filter", "acp/client/cancel/*"],
     );
-    assert_eq!(code, 1, "not a pass: {stderr}");
+    assert_eq!(code, 3, "incomplete, not failed: {stderr}");
+    assert_eq!(report["verdict"], "incomplete");
     let case = &report["cases"][0];
     assert_eq!(case["outcome"], "skip", "{case}");
     assert_eq!(case["skip_kind"], "outside", "{case}");
@@ -171,4 +172,60 @@ fn a_client_that_never_cancels_leaves_the_cancel_musts_unexercised_not_failed() 
             "acp.tool.client-cancelled-outcome"
         ])
     );
+}
+
+/// The never-cancelling client's two cancel MUSTs, waived with a reason, or
+/// (`stale`) one of them together with a requirement the run does exercise.
+fn cancel_waivers(stale: bool) -> serde_json::Value {
+    let mut entries = vec![
+        serde_json::json!({"requirement": "acp.cancel.client-answer-permission",
+            "reason": "our client never cancels a turn"}),
+        serde_json::json!({"requirement": "acp.tool.client-cancelled-outcome",
+            "reason": "our client never cancels a turn"}),
+    ];
+    if stale {
+        entries.push(
+            serde_json::json!({"requirement": "acp.prompt.client-setup-first",
+            "reason": "claimed untestable, yet the turn case checks it"}),
+        );
+    }
+    serde_json::json!({ "expected_failures": entries })
+}
+
+#[test]
+fn a_waived_unexercised_must_passes_and_a_waiver_the_run_exercises_is_stale() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture client needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (stale, want) in [(false, 0), (true, 1)] {
+        let file = dir.path().join(format!("waivers-{stale}.json"));
+        std::fs::write(&file, cancel_waivers(stale).to_string()).unwrap();
+        let (code, report, stderr) = support::run_protocol_json(
+            "acp",
+            &client_fixture("never-cancels"),
+            &[
+                "--role",
+                "client",
+                "--filter",
+                "acp/client/cancel/*,acp/client/prompt/turn",
+                "--expected-failures",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, want, "stale={stale}: {stderr}\n{report:#}");
+        assert_eq!(report["summary"]["unexercised"].as_u64().unwrap_or(0), 0);
+        assert_eq!(report["summary"]["unexercised_waived"], 2);
+        assert_eq!(
+            report["unexercised"][0]["waiver"],
+            "our client never cancels a turn"
+        );
+        if stale {
+            assert_eq!(
+                report["stale"],
+                serde_json::json!(["acp.prompt.client-setup-first"])
+            );
+        }
+    }
 }

@@ -116,7 +116,7 @@ fn the_sdk_example_client_fails_nothing() {
     .map(|s| format!("acp/client/{s}"))
     .collect();
     assert_eq!(skipped, expected);
-    // The cancel MUSTs were not exercised: not a pass.
-    assert_eq!(code, 1, "{stderr}");
+    // The cancel MUSTs were not exercised: incomplete, not failed.
+    assert_eq!(code, 3, "{stderr}");
     assert_eq!(report["summary"]["unexercised"], 2, "{}", report["summary"]);
 }

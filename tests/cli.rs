@@ -319,7 +319,7 @@ fn snapshot_every_format(name: &str, args: &[String]) {
             .output()
             .unwrap();
         assert!(
-            out.status.code().is_some_and(|c| c < 2),
+            matches!(out.status.code(), Some(0 | 1 | 3)),
             "{name} {format}: {out:?}"
         );
         let text = std::fs::read_to_string(&file).unwrap();
@@ -386,7 +386,8 @@ fn every_format_is_snapshotted_for_the_acp_and_cwx_references_and_doubles() {
         )),
     );
     // An agent without credentials: its session cases are all skipped, so
-    // the MUSTs they check are reported unexercised and the run fails.
+    // the MUSTs they check are reported unexercised and the run is
+    // incomplete (exit 3).
     snapshot_every_format(
         "acp_needs_auth",
         &acp(&format!(

@@ -128,7 +128,7 @@ fn junit_reports_validate_against_the_jenkins_junit_schema() {
             .output()
             .unwrap();
         assert!(
-            out.status.code().is_some_and(|c| c < 2),
+            matches!(out.status.code(), Some(0 | 1 | 3)),
             "{target}: {out:?}"
         );
         let errs = errors(&xsd, &lib, &file);

@@ -193,6 +193,11 @@ fn a_baseline_naming_no_case_or_without_a_reason_is_a_usage_error() {
         json!([{"id": "agent-socket/no-such-case", "reason": "typo"}]),
         json!([{"id": "agent-socket/framing/compact", "reason": " "}]),
         json!([{"id": "agent-socket/framing/compact"}]),
+        json!([{"requirement": "as.no-such-requirement", "reason": "typo"}]),
+        // A SHOULD cannot leave a run incomplete: nothing to waive.
+        json!([{"requirement": "as.jsonrpc.string-id", "reason": "not a MUST"}]),
+        json!([{"id": "agent-socket/framing/compact", "requirement": "as.init.version",
+            "reason": "one or the other"}]),
     ] {
         let (code, _, stderr) = run_with_baseline("builtin", "agent-socket/framing/", bad.clone());
         assert_eq!(code, Some(2), "{bad}: {stderr}");
@@ -390,7 +395,8 @@ fn musts_whose_cases_were_all_skipped_outside_the_declaration_are_not_a_pass() {
         env!("CARGO_MANIFEST_DIR")
     );
     let (code, b, md) = certify_protocol("acp", &target, &[]);
-    assert_eq!(code, Some(1), "not a pass");
+    assert_eq!(code, Some(3), "incomplete: not a pass, not a failure");
+    assert_eq!(b["verdict"], "not conformant");
     assert_eq!(b["summary"]["failed"], 0);
     assert!(b["summary"]["unexercised"].as_u64().unwrap() > 0, "{b:#}");
     assert_eq!(

@@ -41,7 +41,11 @@ fn cell_text(report: &RunReport, id: &str) -> String {
 
 /// The exit status of runs taken together: the worst of them.
 pub fn exit_code(reports: &[RunReport]) -> i32 {
-    reports.iter().map(RunReport::exit_code).max().unwrap_or(2)
+    reports
+        .iter()
+        .map(|r| r.verdict)
+        .max_by_key(|v| v.severity())
+        .map_or(2, |v| v.exit_code())
 }
 
 pub fn render(reports: &[RunReport], format: Format, with_list: bool) -> String {
@@ -113,10 +117,9 @@ fn human_matrix(reports: &[RunReport], with_list: bool) -> String {
     }
     out.push('\n');
     for (i, r) in reports.iter().enumerate() {
-        let verdict = if r.exit_code() == 0 {
-            "passed"
-        } else {
-            "FAILED"
+        let verdict = match r.verdict {
+            Verdict::Passed => "passed",
+            v => v.as_str(),
         };
         let _ = writeln!(out, "{} {verdict}: {}", label(i), summary_line(r));
     }
@@ -137,7 +140,12 @@ fn json_matrix(reports: &[RunReport]) -> String {
         summary.waived += s.waived;
         summary.stale += s.stale;
         summary.unexercised += s.unexercised;
+        summary.unexercised_waived += s.unexercised_waived;
     }
+    let verdict = reports
+        .iter()
+        .map(|r| r.verdict)
+        .max_by_key(|v| v.severity());
     let targets: Vec<&str> = reports.iter().map(|r| r.target.as_str()).collect();
     let cases: Vec<Value> = rows(reports)
         .into_iter()
@@ -190,6 +198,7 @@ fn json_matrix(reports: &[RunReport]) -> String {
         "targets": targets,
         "conform_version": env!("CARGO_PKG_VERSION"),
         "strict": first.is_some_and(|r| r.strict),
+        "verdict": verdict,
         "summary": summary,
         "cases": cases,
         "runs": reports,
@@ -234,14 +243,13 @@ fn html_matrix(reports: &[RunReport]) -> String {
     let mut out = html_head(&title(reports));
     out.push_str("<table><tr><th>target</th><th>verdict</th><th>summary</th></tr>\n");
     for (i, r) in reports.iter().enumerate() {
-        let passed = r.exit_code() == 0;
         let _ = writeln!(
             out,
             "<tr><td><a href=\"#t{n}\">{}</a> <code>{}</code></td><td class=\"{}\">{}</td><td>{}</td></tr>",
             label(i),
             html_escape(&r.target),
-            if passed { "pass" } else { "fail" },
-            if passed { "PASSED" } else { "FAILED" },
+            verdict_class(r.verdict),
+            r.verdict.as_str(),
             html_escape(&summary_line(r)),
             n = i + 1
         );

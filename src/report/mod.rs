@@ -3,7 +3,7 @@
 pub mod list;
 pub mod matrix;
 
-use crate::outcome::{CaseResult, Direction, Outcome, RunReport};
+use crate::outcome::{CaseResult, Direction, Outcome, RunReport, Verdict};
 use clap::ValueEnum;
 use std::fmt::Write as _;
 
@@ -93,10 +93,28 @@ fn summary_line(report: &RunReport) -> String {
     ) + &match (s.waived, s.stale) {
         (0, 0) => String::new(),
         (w, st) => format!("; {w} expected failures waived, {st} stale"),
-    } + &match s.unexercised {
-        0 => String::new(),
-        n => format!("; {n} MUST requirements unexercised (not a pass)"),
+    } + &match (s.unexercised, s.unexercised_waived) {
+        (0, 0) => String::new(),
+        (n, 0) => format!("; {n} MUST requirements unexercised (incomplete)"),
+        (n, w) => format!("; {n} MUST requirements unexercised (incomplete), {w} more waived"),
     }
+}
+
+/// The verdict line that ends a report: what the run comes to and its exit
+/// status.
+fn verdict_line(report: &RunReport) -> String {
+    let why = match report.verdict {
+        Verdict::Passed => "no required case failed and every selected MUST was exercised",
+        Verdict::Failed => "a required case failed, could not run, or an expected failure is stale",
+        Verdict::Incomplete => {
+            "nothing failed, but a MUST requirement was never exercised: conform could not test it"
+        }
+    };
+    format!(
+        "verdict: {} (exit {}): {why}",
+        report.verdict.as_str(),
+        report.exit_code()
+    )
 }
 
 /// The "no vacuous green" lines: each MUST requirement the run did not
@@ -108,12 +126,18 @@ fn unexercised_text(report: &RunReport) -> String {
     }
     let _ = writeln!(
         out,
-        "\nNOT A PASS: {} MUST requirements were not exercised: every case that checks them was skipped, and not because the target declared it does not support them (the reasons are under \"skipped\"):",
+        "\nNOT EXERCISED: {} MUST requirements: every case that checks them was skipped, and not because the target declared it does not support them (the reasons are under \"skipped\"):",
         report.unexercised.len()
     );
     for u in &report.unexercised {
         let cases: Vec<&str> = u.cases.iter().map(|c| c.case.as_str()).collect();
-        let _ = writeln!(out, "  {} ({})", u.requirement, cases.join(", "));
+        let _ = write!(out, "  {} ({})", u.requirement, cases.join(", "));
+        match &u.waiver {
+            Some(reason) => {
+                let _ = writeln!(out, ", waived: {reason}");
+            }
+            None => out.push('\n'),
+        }
     }
     out
 }
@@ -197,6 +221,7 @@ pub fn human(report: &RunReport, with_list: bool) -> String {
     }
     out.push_str(&unexercised_text(report));
     let _ = writeln!(out, "\n{}", summary_line(report));
+    let _ = writeln!(out, "{}", verdict_line(report));
     out
 }
 
@@ -240,7 +265,7 @@ fn junit_counts(name: &str, reports: &[&RunReport]) -> String {
     format!(
         "name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\"",
         xml_escape(name),
-        sum(|r| r.summary.total + r.summary.unexercised),
+        sum(|r| r.summary.total + r.unexercised.len()),
         sum(|r| r.summary.failed + r.summary.unexercised),
         sum(|r| r.summary.errors),
         seconds(total_ms)
@@ -279,7 +304,7 @@ fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
         out,
         "  <testsuite {} skipped=\"{}\">",
         junit_counts(name, &[report]),
-        report.summary.skipped
+        report.summary.skipped + report.summary.unexercised_waived
     );
     let _ = writeln!(
         out,
@@ -338,20 +363,30 @@ fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
             let _ = write!(out, ">\n{body}    </testcase>\n");
         }
     }
-    // A MUST nothing exercised fails the run: CI readers see it as a failed
-    // test named after the requirement.
+    // A MUST nothing exercised leaves the run incomplete: CI readers see it
+    // as a failed test named after the requirement (skipped when a baseline
+    // waives it, with the reason).
     for u in &report.unexercised {
         let why: Vec<String> = u
             .cases
             .iter()
             .map(|c| format!("{}: {}", c.case, c.why))
             .collect();
+        let body = match &u.waiver {
+            None => format!(
+                "<failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>",
+                xml_escape(&why.join("\n"))
+            ),
+            Some(reason) => format!(
+                "<skipped message=\"MUST requirement not exercised, waived: {}\"/>",
+                xml_escape(reason)
+            ),
+        };
         let _ = writeln!(
             out,
-            "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      <failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>\n    </testcase>",
+            "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      {body}\n    </testcase>",
             xml_escape(report.protocol.id()),
             xml_escape(&u.requirement),
-            xml_escape(&why.join("\n"))
         );
     }
     out.push_str("  </testsuite>\n");
@@ -365,10 +400,11 @@ fn markdown(report: &RunReport) -> String {
     let mut out = format!("# conform: {} {}\n\n", report.protocol, report.role);
     let _ = writeln!(
         out,
-        "- target: `{}`\n- conform {}\n- {}\n",
+        "- target: `{}`\n- conform {}\n- {}\n- **{}**\n",
         report.target,
         report.conform_version,
-        summary_line(report)
+        summary_line(report),
+        verdict_line(report)
     );
     out.push_str("| outcome | level | case | requirements | message |\n|---|---|---|---|---|\n");
     for c in &report.cases {
@@ -508,19 +544,24 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
     out
 }
 
+/// The CSS class of a verdict.
+fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Passed => "pass",
+        Verdict::Failed => "fail",
+        Verdict::Incomplete => "warn",
+    }
+}
+
 /// One run's verdict, summaries, cases and failures; every anchor starts
 /// with `anchor` so several runs fit on one page.
 fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
     use crate::case::Level;
-    let verdict = if report.exit_code() == 0 {
-        "PASSED"
-    } else {
-        "FAILED"
-    };
     let _ = writeln!(
         *out,
-        "<p class=\"verdict {}\">{verdict}</p>\n<p>conform {} &middot; {}</p>",
-        if verdict == "PASSED" { "pass" } else { "fail" },
+        "<p class=\"verdict {}\">{}</p>\n<p>conform {} &middot; {}</p>",
+        verdict_class(report.verdict),
+        html_escape(&verdict_line(report)),
         html_escape(&report.conform_version),
         html_escape(&summary_line(report))
     );
