@@ -83,14 +83,22 @@ impl Served for Peer {
 
     fn handle(&mut self, payload: &[u8], now: std::time::Instant) -> Vec<Out> {
         let t_ms = self.ms();
+        if std::str::from_utf8(payload).is_err() {
+            self.record.write(&Event::NotUtf8 { t_ms });
+        }
         self.record.write(&Event::In {
             t_ms,
             payload: String::from_utf8_lossy(payload).into_owned(),
         });
-        let (messages, broke) = self.host.handle(payload, now);
-        let mut out = self.out(messages);
-        if broke {
-            out.push(Out::Raw(scripted::BAD_FRAME.to_vec()));
+        let known = self.host.provoked.len();
+        let written = self.host.handle(payload, now);
+        let t_ms = self.ms();
+        for (id, method) in self.host.provoked[known..].iter().cloned() {
+            self.record.write(&Event::Provoked { t_ms, id, method });
+        }
+        let mut out = self.out(written.messages);
+        if let Some(broken) = written.broken {
+            out.push(Out::Raw(broken.to_vec()));
             let t_ms = self.ms();
             self.record.write(&Event::BrokeFrame { t_ms });
         }
@@ -152,7 +160,6 @@ impl crate::peer::PeerRole for super::CoreCases {
         let host = peer.command.clone();
         let record = peer.record.clone();
         let deadline = started + Duration::from_secs_f64(script.deadline_seconds());
-        let ms = || started.elapsed().as_millis() as u64;
         let builtin = {
             let launcher = Launcher::Command(format!("exec {host}"));
             let tier = script.tier;
@@ -163,18 +170,33 @@ impl crate::peer::PeerRole for super::CoreCases {
             ("CONFORM_TIER", std::ffi::OsStr::new(script.tier.name())),
             ("CONFORM_SCENARIO", std::ffi::OsStr::new(&case.id)),
         ];
-        let ended = crate::peer::launch(
-            target,
-            "core",
-            builtin,
-            |cmd| cmd.replace("{host}", &host),
-            &env,
-            started,
-            deadline,
-        )
-        .await?;
+        let (ended, host_left_open) = match target {
+            Target::Exec(cmd) => {
+                launch_lingering(
+                    &cmd.replace("{host}", &host),
+                    &env,
+                    &record,
+                    started,
+                    deadline,
+                )
+                .await?
+            }
+            _ => {
+                let ended = crate::peer::launch(
+                    target,
+                    "core",
+                    builtin,
+                    |cmd| cmd.replace("{host}", &host),
+                    &env,
+                    started,
+                    deadline,
+                )
+                .await?;
+                (ended, false)
+            }
+        };
         let (code, stopped, log) = (ended.code, ended.stopped, ended.log);
-        let end_ms = ms();
+        let end_ms = ended.ms;
         // Give the host a moment to see its stdin close, then check it is gone;
         // a host the core left behind is ended here, whatever the verdict.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -201,6 +223,7 @@ impl crate::peer::PeerRole for super::CoreCases {
                 stopped,
                 ms: end_ms,
                 host_outlived,
+                host_left_open,
             },
             log,
         ))
@@ -237,6 +260,18 @@ impl crate::peer::PeerRole for super::CoreCases {
                     Direction::Event,
                     "the core closed the host's stdin",
                 ),
+                Event::NotUtf8 { t_ms } => t.log_at(
+                    *t_ms,
+                    "host",
+                    Direction::Event,
+                    "the core's next payload is not UTF-8",
+                ),
+                Event::Provoked { t_ms, id, method } => t.log_at(
+                    *t_ms,
+                    "host",
+                    Direction::Event,
+                    &format!("the host's {method} (id {id}) asks for a refusal"),
+                ),
             };
         }
         if !core_log.trim().is_empty() {
@@ -244,6 +279,62 @@ impl crate::peer::PeerRole for super::CoreCases {
         }
         t.into_entries()
     }
+}
+
+/// Runs the core `line` (an `exec:` target) until it exits or `deadline`
+/// passes. Once it has exited by itself, its host has
+/// [`scripted::HOST_EOF_WITHIN_MS`] to see the end of its stdin (or end)
+/// before conform ends the core's group: whether it did not is the second
+/// value ("Production relies on stdin EOF at process exit").
+async fn launch_lingering(
+    line: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+    record: &Path,
+    started: Instant,
+    deadline: Instant,
+) -> Result<(crate::peer::Ended, bool), String> {
+    use crate::transport::process::Stdio3;
+    let mut spawned = process::spawn(line, env, Stdio3::CaptureOutput)
+        .map_err(|e| format!("cannot start `{line}`: {e}"))?;
+    let status = spawned
+        .wait_for_exit(deadline.saturating_duration_since(Instant::now()))
+        .await;
+    let ms = started.elapsed().as_millis() as u64;
+    let mut left_open = false;
+    if status.is_some() {
+        let until = Instant::now() + Duration::from_millis(scripted::HOST_EOF_WITHIN_MS);
+        left_open = true;
+        loop {
+            let events = crate::peer::read_record::<Event>(record).unwrap_or_default();
+            let closed = events.iter().any(|e| matches!(e, Event::Closed { .. }));
+            let gone = events
+                .iter()
+                .find_map(|e| match e {
+                    Event::Pid { pid } => Some(*pid),
+                    _ => None,
+                })
+                .is_none_or(|pid| !process::is_running(pid as i32));
+            if closed || gone {
+                left_open = false;
+                break;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // The whole group, the scripted host it spawned included.
+    let _ = spawned.shutdown(process::TERM_GRACE).await;
+    Ok((
+        crate::peer::Ended {
+            code: status.and_then(|s| s.code()),
+            stopped: status.is_none(),
+            ms,
+            log: spawned.stderr_tail(),
+        },
+        left_open,
+    ))
 }
 
 /// Runs `core` in this process against the case's scripted host served over
@@ -275,6 +366,7 @@ where
         stopped: code.is_none(),
         ms,
         host_outlived: !host.has_ended(),
+        host_left_open: false,
     };
     crate::peer::graded(case, Ok((host.events(), end, log)), strict, started)
 }
@@ -294,14 +386,23 @@ async fn send(stream: &mut LineStream, msg: &Value) -> Result<(), String> {
     stream.send_message(msg, WAIT).await
 }
 
-/// The next message from the host before `until`; a broken frame or a
-/// message that is not JSON is a protocol error that ends the host.
-async fn next(stream: &mut LineStream, until: Instant) -> Result<Option<Value>, String> {
+/// The next message from the host before `until`, read strictly the
+/// seed's way for `tier`; a broken frame, or a message its parser refuses
+/// ("both parsers admit nothing else"), is a protocol error that ends the host.
+async fn next(
+    stream: &mut LineStream,
+    tier: Tier,
+    until: Instant,
+) -> Result<Option<Value>, String> {
     match stream.next(until).await {
         None => Ok(None),
-        Some((_, StreamEvent::Line(payload))) => crate::jsonrpc::parse_json(&payload)
-            .map(Some)
-            .map_err(|e| format!("protocol error: a payload that is not JSON ({e})")),
+        Some((_, StreamEvent::Line(payload))) => {
+            let v = crate::jsonrpc::parse_json(&payload)
+                .map_err(|e| format!("protocol error: a payload that is not JSON ({e})"))?;
+            super::validate::parse_host_message(v.clone(), tier)
+                .map_err(|e| format!("protocol error: {e}"))?;
+            Ok(Some(v))
+        }
         Some((_, StreamEvent::Closed { .. })) => Err("the host closed its stdout".into()),
         Some((_, other)) => Err(format!("protocol error: {other:?}")),
     }
@@ -311,6 +412,7 @@ async fn next(stream: &mut LineStream, until: Instant) -> Result<Option<Value>, 
 /// `within` passes: then `$/cancel` and `Ok(None)`.
 async fn call(
     stream: &mut LineStream,
+    tier: Tier,
     id: u64,
     method: &str,
     params: Value,
@@ -324,7 +426,7 @@ async fn call(
     .await?;
     let until = Instant::now() + within;
     loop {
-        let Some(msg) = next(stream, until).await? else {
+        let Some(msg) = next(stream, tier, until).await? else {
             send(
                 stream,
                 &json!({"jsonrpc": "2.0", "method": "$/cancel", "params": {"id": id}}),
@@ -373,16 +475,25 @@ async fn workload(
     log: &mut Vec<String>,
 ) -> Result<(), String> {
     let hello = loop {
-        match next(stream, Instant::now() + WAIT).await? {
+        match next(stream, tier, Instant::now() + WAIT).await? {
             Some(m) if m["method"] == "host/hello" => break m,
             Some(_) => continue,
             None => return Err("no host/hello".into()),
         }
     };
+    // "The core refuses a host that reports any tier but the one it launched."
     if hello.pointer("/params/tier") != Some(&json!(tier.name())) {
         return Err(format!(
             "the host serves tier {}, not the {tier} it was launched for",
             hello["params"]["tier"]
+        ));
+    }
+    // "The core refuses a host whose list is not the one its own table
+    // pins": this core pins no built-in module.
+    if hello.pointer("/params/builtin_modules") != Some(&json!([])) {
+        return Err(format!(
+            "the host lists built-in modules {}, and this core's table pins none",
+            hello["params"]["builtin_modules"]
         ));
     }
     let mut handles = Vec::new();
@@ -390,6 +501,7 @@ async fn workload(
         "dispose_deadline_ms": 5000, "activate_deadline_ms": 10000});
     call(
         stream,
+        tier,
         1,
         "host/initialize",
         json!({"protocol": 1, "limits": limits}),
@@ -400,6 +512,7 @@ async fn workload(
     .ok_or("host/initialize was not answered")?;
     let activated = call(
         stream,
+        tier,
         2,
         "ext/activate",
         json!({"owner": {"plugin_id": "conform-toy", "generation": 1,
@@ -420,6 +533,7 @@ async fn workload(
     let deadline_ms = 2000;
     match call(
         stream,
+        tier,
         3,
         "tool/call",
         json!({"handle": echo, "call_id": "conform-1", "input": {}, "deadline_ms": deadline_ms}),

@@ -3,7 +3,9 @@
 //! reading of every frame the host writes ([`HostWatch`], sans-IO), the
 //! core's answers to the host's requests, and the case's steps.
 
-use super::steps::{Expect, NamedCheck, Need, Setup, Step};
+use super::steps::{
+    Config, Expect, Limits, NamedCheck, Need, Own, Register, Setup, Step, Sweep, SweepKind,
+};
 use super::table::{Tier, code};
 use super::validate::{self, HostMessage};
 use crate::case::Case;
@@ -15,7 +17,7 @@ use crate::outcome::{CaseResult, SkipKind};
 use crate::step::{Action, ReplyRule, StdioExpect};
 use crate::transport::stdio::Launcher;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -35,12 +37,37 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// The requirement each watched rule belongs to.
 pub mod rules {
     pub const FRAME: &str = "cwx.frame.format";
+    pub const MAX_OUT: &str = "cwx.frame.max-out";
+    pub const LIMITS: &str = "cwx.limits.host";
     pub const STRICT: &str = "cwx.strict.host-messages";
     pub const ANSWERS: &str = "cwx.response.answers-a-request";
     pub const RESULT_SHAPE: &str = "cwx.result.shapes";
-    pub const ALL: &[&str] = &[FRAME, STRICT, ANSWERS, RESULT_SHAPE];
-    /// Every case's handshake alone is framed, strict, answered and shaped.
+    pub const DOCUMENTED: &str = "cwx.result.documented";
+    pub const CODES: &str = "cwx.error.codes";
+    pub const IDS: &str = "cwx.host-requests.ids";
+    pub const INFLIGHT: &str = "cwx.inflight";
+    pub const OWNER: &str = "cwx.register.owner";
+    pub const TICKET: &str = "cwx.core-call.ticket";
+    pub const ALL: &[&str] = &[
+        FRAME,
+        MAX_OUT,
+        LIMITS,
+        STRICT,
+        ANSWERS,
+        RESULT_SHAPE,
+        DOCUMENTED,
+        CODES,
+        IDS,
+        INFLIGHT,
+        OWNER,
+        TICKET,
+    ];
+    /// Every case's handshake alone is framed, strict, answered and shaped;
+    /// the rest are checked on every message of every case too.
     pub const EVERY_MESSAGE: &[&str] = ALL;
+    /// The rules a core reads past (SHOULD): breaking one does not end the
+    /// exchange the way a protocol error does.
+    pub const SOFT: &[&str] = &[LIMITS, DOCUMENTED, CODES];
 }
 
 /// The extension conform activates for the cases that need one.
@@ -75,16 +102,27 @@ pub struct Context {
     pub startup: Duration,
 }
 
-/// The core's limits it sends in `host/initialize`.
-fn initialize_params() -> Value {
+/// The limits conform sends in `host/initialize`: the core's own, unless
+/// the case lowers one.
+fn initialize_params(limits: &Limits) -> Value {
     json!({"protocol": super::table::PROTOCOL_VERSION, "limits": {
-        "max_frame": crate::wire::frame::MAX_FRAME, "max_inflight": super::table::MAX_INFLIGHT,
-        "dispose_deadline_ms": 5000, "activate_deadline_ms": 10000}})
+        "max_frame": limits.max_frame.unwrap_or(crate::wire::frame::MAX_FRAME as u64),
+        "max_inflight": limits.max_inflight.unwrap_or(super::table::MAX_INFLIGHT as u64),
+        "dispose_deadline_ms": limits.dispose_deadline_ms.unwrap_or(5000),
+        "activate_deadline_ms": limits.activate_deadline_ms.unwrap_or(10000)}})
 }
 
 fn owner() -> Value {
     json!({"plugin_id": "conform-extension", "generation": 1,
         "owner_token": "c0nf0rmc0nf0rmc0nf0rmc0nf0rm0001"})
+}
+
+/// A broken rule of the exchange, and whether it ends the exchange (a
+/// MUST the core's reader would stop at) or is read past.
+struct Violation {
+    rule: String,
+    kind: Kind,
+    message: String,
 }
 
 /// The core's reading of one host connection, sans-IO.
@@ -93,17 +131,33 @@ pub struct HostWatch {
     tier: Option<Tier>,
     /// Requests conform sent: id -> method.
     outstanding: BTreeMap<u64, String>,
-    /// Host messages by method, in order, kept within `kept`.
+    /// Tickets of conform's tool/calls in flight: tool/call id -> ticket.
+    tickets: BTreeMap<u64, String>,
+    /// Host messages (notifications and requests) by method, in order,
+    /// kept within `kept`.
     notifications: Vec<(String, Value)>,
     /// The account of what `notifications` keeps: a host that floods them
     /// does not grow conform.
     kept: Keep,
-    violations: Vec<(String, Kind, String)>,
+    violations: Vec<Violation>,
     /// Ids of raw messages conform sent that no core would (not a u64, or
     /// null for a payload whose id it cannot read): the host may echo them,
     /// or answer with a null id, which the core's parser refuses but no core
     /// would ever provoke.
     odd_ids: Vec<Value>,
+    /// The limits conform sent in host/initialize: (max_frame, max_inflight).
+    limits: Option<(u64, u64)>,
+    /// The host's requests conform has not answered yet.
+    host_inflight: BTreeSet<u64>,
+    /// ext/activate requests in flight: id -> the owner they handed over.
+    activating: BTreeMap<u64, Value>,
+    /// Every owner conform handed over, and each plugin's newest generation.
+    owners: Vec<Value>,
+    newest: BTreeMap<String, u64>,
+    /// The host's registrations in flight: id -> kind.
+    registering: BTreeMap<u64, String>,
+    /// The kinds conform admitted a registration of.
+    admitted: BTreeSet<String>,
 }
 
 impl HostWatch {
@@ -118,25 +172,173 @@ impl HostWatch {
         if !self
             .violations
             .iter()
-            .any(|(r, _, m)| r == rule && *m == message)
+            .any(|v| v.rule == rule && v.message == message)
         {
-            self.violations.push((rule.into(), kind, message));
+            self.violations.push(Violation {
+                rule: rule.into(),
+                kind,
+                message,
+            });
         }
     }
 
-    /// The params of the first notification of `method` the host sent.
+    /// Whether a rule the core stops at was broken.
+    fn broken(&self) -> bool {
+        self.violations
+            .iter()
+            .any(|v| !rules::SOFT.contains(&v.rule.as_str()))
+    }
+
+    /// The params of the first message of `method` the host sent.
     fn saw(&self, method: &str) -> Option<&Value> {
         self.notifications
             .iter()
             .find(|(m, _)| m == method)
             .map(|(_, p)| p)
     }
+
+    /// "Identity of one activation ... handed over only in `ext/activate`":
+    /// a registration names the owner of an activation in flight; any other
+    /// request an owner conform handed over, of its plugin's newest generation.
+    fn check_owner(&mut self, method: &str, params: &Value) {
+        let Some(owner) = params.get("owner") else {
+            return;
+        };
+        if method == "registry/register" {
+            if !self.activating.values().any(|o| o == owner) {
+                let during = if self.activating.is_empty() {
+                    "no activation is in flight".to_owned()
+                } else {
+                    format!(
+                        "the activation in flight handed over {}",
+                        self.activating
+                            .values()
+                            .map(Value::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                };
+                self.violate(
+                    rules::OWNER,
+                    Kind::Rule,
+                    format!("registry/register names the owner {owner}, but {during}"),
+                );
+            }
+            return;
+        }
+        let plugin = owner["plugin_id"].as_str().unwrap_or_default();
+        let current = self.owners.contains(owner)
+            && owner["generation"].as_u64() == self.newest.get(plugin).copied();
+        if !current {
+            self.violate(
+                rules::OWNER,
+                Kind::Rule,
+                format!("{method} names the owner {owner}, not one the core handed over in its plugin's newest ext/activate"),
+            );
+        }
+    }
+
+    /// The host asks conform something: its id, how many of its requests are
+    /// in flight, the ticket a core/call presents.
+    fn host_request(&mut self, id: u64, method: &str, params: &Value) {
+        // "A request carries an id and gets a response": by that id alone.
+        if !self.host_inflight.insert(id) {
+            self.violate(
+                rules::IDS,
+                Kind::Rule,
+                format!(
+                    "the host sent {method} with id {id}, the id of its request still in flight"
+                ),
+            );
+        }
+        let n = self.host_inflight.len() as u64;
+        // "Requests in flight per direction." Said once, as the count
+        // crosses each limit.
+        if n == super::table::MAX_INFLIGHT as u64 + 1 {
+            self.violate(
+                rules::INFLIGHT,
+                Kind::Rule,
+                format!("the host has {n} requests in flight, over MAX_INFLIGHT (256)"),
+            );
+        } else if let Some((_, max)) = self.limits
+            && n == max + 1
+        {
+            self.violate(
+                rules::LIMITS,
+                Kind::Rule,
+                format!("the host has {n} requests in flight, over the limits.max_inflight {max} of host/initialize"),
+            );
+        }
+        if method == "registry/register" {
+            let kind = params["kind"].as_str().unwrap_or_default();
+            self.registering.insert(id, kind.to_owned());
+        }
+        if method == "core/call" {
+            let ticket = params.get("ticket").and_then(Value::as_str);
+            let issued = ticket.is_some_and(|t| self.tickets.values().any(|mine| mine == t));
+            if !issued {
+                // "Absent for a call with no gate ..., whose tool then has no
+                // way to ask the core for anything."
+                self.violate(
+                    rules::TICKET,
+                    Kind::Rule,
+                    format!(
+                        "core/call presents the ticket {}, which no tool/call of the core in flight carries",
+                        ticket.map_or("(none)".into(), |t| format!("{t:?}"))
+                    ),
+                );
+            }
+        }
+        self.check_owner(method, params);
+    }
+
+    /// What conform handed over in a request: owners, tickets, and (from a
+    /// message it built, not raw bytes a case or the fuzzer wrote) limits.
+    fn learn(&mut self, id: u64, method: &str, params: &Value, built: bool) {
+        match method {
+            "host/initialize" if built => {
+                let l = &params["limits"];
+                self.limits = Some((
+                    l["max_frame"].as_u64().unwrap_or(u64::MAX),
+                    l["max_inflight"].as_u64().unwrap_or(u64::MAX),
+                ));
+            }
+            "ext/activate" => {
+                let owner = params.get("owner").cloned().unwrap_or(Value::Null);
+                let plugin = owner["plugin_id"].as_str().unwrap_or_default().to_owned();
+                let generation = owner["generation"].as_u64().unwrap_or(0);
+                let newest = self.newest.entry(plugin).or_insert(generation);
+                *newest = (*newest).max(generation);
+                self.owners.push(owner.clone());
+                self.activating.insert(id, owner);
+            }
+            "tool/call" => {
+                if let Some(t) = params.get("ticket").and_then(Value::as_str) {
+                    self.tickets.insert(id, t.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 impl stdio::Watch for HostWatch {
     fn sent(&mut self, message: &Value) -> Option<String> {
-        let method = message.get("method").and_then(Value::as_str)?;
-        let id = message.get("id").and_then(Value::as_u64)?;
+        let id = message.get("id").and_then(Value::as_u64);
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            // conform's answer to a request of the host.
+            if let Some(id) = id {
+                self.host_inflight.remove(&id);
+                if let Some(kind) = self.registering.remove(&id)
+                    && message.pointer("/result/handle").is_some()
+                {
+                    self.admitted.insert(kind);
+                }
+            }
+            return None;
+        };
+        let id = id?;
+        self.learn(id, method, &message["params"], true);
         self.outstanding.insert(id, method.to_owned());
         Some(id.to_string())
     }
@@ -151,9 +353,20 @@ impl stdio::Watch for HostWatch {
             rest = &rest[used..];
             match item {
                 Some(Ok(payload)) => {
-                    // A payload a strict parser refuses may be answered with a null id.
                     if serde_json::from_slice::<Value>(&payload).is_err() {
+                        // A payload a strict parser refuses may be answered
+                        // with a null id, or (read leniently) with its own:
+                        // neither answer is held to the answer rule.
                         self.odd_ids.push(Value::Null);
+                        let lenient = String::from_utf8_lossy(&payload);
+                        if let Ok(v) = serde_json::from_str::<Value>(&lenient)
+                            && let Some(id) = v.get("id").and_then(Value::as_u64)
+                        {
+                            self.odd_ids.push(json!(id));
+                            let method = v["method"].as_str().unwrap_or("a raw request");
+                            self.outstanding.insert(id, method.to_owned());
+                        }
+                        continue;
                     }
                     let Some(v) = crate::jsonrpc::read_message(&payload) else {
                         self.odd_ids.push(Value::Null);
@@ -163,6 +376,7 @@ impl stdio::Watch for HostWatch {
                     match (method, v.get("id")) {
                         (Some(m), Some(id)) if id.is_u64() => {
                             let id = id.as_u64().unwrap_or_default();
+                            self.learn(id, m, &v["params"], false);
                             self.outstanding.insert(id, m.to_owned());
                         }
                         (_, Some(id)) => self.odd_ids.extend([id.clone(), Value::Null]),
@@ -184,21 +398,31 @@ impl stdio::Watch for HostWatch {
                 self.violate(
                     rules::FRAME,
                     Kind::Framing,
-                    format!("a frame's payload is not JSON: {e}"),
+                    format!("a frame's payload is not UTF-8 JSON: {e}"),
                 );
                 return stdio::Incoming::Other;
             }
         };
-        // An answer to a request no core would send is neither the core's
-        // business nor the host's fault.
-        if value.get("method").is_none()
-            && let Some(id) = value.get("id")
-            && self.odd_ids.contains(id)
+        // "anything larger is refused, never truncated": the limit conform set.
+        if let Some((max, _)) = self.limits
+            && payload.len() as u64 > max
         {
-            return stdio::Incoming::Other;
+            self.violate(
+                rules::LIMITS,
+                Kind::Framing,
+                format!(
+                    "the host wrote a frame of {} bytes, over the limits.max_frame {max} of host/initialize",
+                    payload.len()
+                ),
+            );
         }
+        // An answer to a request no core would send is neither the core's
+        // business nor the host's fault: only its kind is recorded.
+        let odd = value.get("method").is_none()
+            && value.get("id").is_some_and(|id| self.odd_ids.contains(id));
         let tier = self.tier.unwrap_or(Tier::Plugin);
         match validate::parse_host_message(value.clone(), tier) {
+            Err(_) if odd => stdio::Incoming::Other,
             Err(why) => {
                 // "Host→core types use `deny_unknown_fields` — host output is untrusted input."
                 self.violate(
@@ -213,21 +437,36 @@ impl stdio::Watch for HostWatch {
             }
             Ok(HostMessage::Response { id, outcome }) => {
                 let Some(method) = self.outstanding.remove(&id) else {
-                    self.violate(
-                        rules::ANSWERS,
-                        Kind::Unexpected,
-                        format!(
-                            "a response with id {id} answers no request the core has in flight"
-                        ),
-                    );
+                    if !odd {
+                        self.violate(
+                            rules::ANSWERS,
+                            Kind::Unexpected,
+                            format!(
+                                "a response with id {id} answers no request the core has in flight"
+                            ),
+                        );
+                    }
                     return stdio::Incoming::Other;
                 };
+                self.tickets.remove(&id);
+                self.activating.remove(&id);
+                if let Err(e) = &outcome
+                    && !validate::channel_code(e.code)
+                {
+                    self.violate(
+                        rules::CODES,
+                        Kind::Mismatch,
+                        format!("{method} was answered with the code {}, which is not one of the channel's", e.code),
+                    );
+                }
                 let outcome = outcome
                     .map_err(|e| json!({"code": e.code, "message": e.message, "data": e.data}));
-                if let Ok(r) = &outcome
-                    && let Some(why) = validate::result_violation(&method, r)
-                {
-                    self.violate(rules::RESULT_SHAPE, Kind::Shape, format!("{method}: {why}"));
+                if let Ok(r) = &outcome {
+                    if let Some(why) = validate::result_violation(&method, r) {
+                        self.violate(rules::RESULT_SHAPE, Kind::Shape, format!("{method}: {why}"));
+                    } else if let Some(why) = validate::result_undocumented(&method, r) {
+                        self.violate(rules::DOCUMENTED, Kind::Shape, format!("{method}: {why}"));
+                    }
                 }
                 stdio::Incoming::Response {
                     key: id.to_string(),
@@ -240,18 +479,29 @@ impl stdio::Watch for HostWatch {
                 }
                 stdio::Incoming::Other
             }
-            Ok(HostMessage::Request { id, method, params }) => stdio::Incoming::Request {
-                id: json!(id),
-                method,
-                params,
-            },
+            Ok(HostMessage::Request { id, method, params }) => {
+                self.host_request(id, &method, &params);
+                if let Some(kept) = self.kept.admit(params.clone()) {
+                    self.notifications.push((method.clone(), kept));
+                }
+                stdio::Incoming::Request {
+                    id: json!(id),
+                    method,
+                    params,
+                }
+            }
         }
     }
 
     /// "bad magic or length ends the host instead of desynchronising it"
     fn broke(&mut self, why: &str) -> bool {
+        let rule = if why.contains("MAX_FRAME") || why.contains("exceeds") {
+            rules::MAX_OUT
+        } else {
+            rules::FRAME
+        };
         self.violate(
-            rules::FRAME,
+            rule,
             Kind::Framing,
             format!("the host's output broke: {why}"),
         );
@@ -271,21 +521,19 @@ impl stdio::Watch for HostWatch {
     }
 
     /// Like the core, conform ends the exchange at the host's first protocol
-    /// error: nothing after it is read.
-    /// A host that broke a rule of the exchange leaves the rest of the
-    /// case nothing to stand on.
+    /// error: nothing after it is read. A SHOULD the core reads past does not.
     fn ends_steps(&self, _: &Evidence, _: bool) -> bool {
-        !self.violations.is_empty()
+        self.broken()
     }
 
     fn halted(&self) -> bool {
-        !self.violations.is_empty()
+        self.broken()
     }
 
     fn findings(&self) -> Vec<Finding> {
         self.violations
             .iter()
-            .map(|(rule, kind, message)| Finding::new(Some(rule), *kind, message.clone()))
+            .map(|v| Finding::new(Some(&v.rule), v.kind, v.message.clone()))
             .collect()
     }
 
@@ -294,12 +542,82 @@ impl stdio::Watch for HostWatch {
     }
 }
 
+/// One registration conform admitted: its kind, name, input schema, handle.
+#[derive(Debug, Clone)]
+struct Admitted {
+    kind: String,
+    name: String,
+    schema: Option<Value>,
+    handle: u64,
+}
+
 /// The core's side of a case: the handles it gives the host's registrations.
 #[derive(Default)]
 struct CoreRole {
+    mode: Register,
     next_handle: u64,
-    /// Handles the core gave, by `kind:name`.
-    handles: BTreeMap<String, u64>,
+    /// Every registration admitted, in order.
+    admitted: Vec<Admitted>,
+    /// Registrations held back: (id, params).
+    held: Vec<(Value, Value)>,
+    /// Registrations seen, admitted or not.
+    seen: usize,
+}
+
+impl CoreRole {
+    fn admit(&mut self, id: &Value, params: &Value) -> Value {
+        self.next_handle += 1;
+        self.admitted.push(Admitted {
+            kind: params["kind"].as_str().unwrap_or_default().to_owned(),
+            name: params
+                .pointer("/spec/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            schema: params.pointer("/spec/input_schema").cloned(),
+            handle: self.next_handle,
+        });
+        json!({"jsonrpc": "2.0", "id": id, "result": {"handle": self.next_handle}})
+    }
+
+    fn register(&mut self, id: &Value, params: &Value) -> Option<Value> {
+        self.seen += 1;
+        let kind = params["kind"].as_str().unwrap_or_default();
+        match self.mode {
+            Register::Admit => Some(self.admit(id, params)),
+            Register::Hold => {
+                self.held.push((id.clone(), params.clone()));
+                None
+            }
+            Register::HoldAfterFirstTool => {
+                if kind == "tool" && !self.admitted.iter().any(|a| a.kind == "tool") {
+                    Some(self.admit(id, params))
+                } else {
+                    self.held.push((id.clone(), params.clone()));
+                    None
+                }
+            }
+            Register::RefuseSecond if self.seen == 2 => Some(json!({"jsonrpc": "2.0", "id": id,
+                "result": {"refused": "conform refuses this registration"}})),
+            Register::ErrorSecond if self.seen == 2 => Some(json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": code::REFUSED, "message": "conform refuses this registration"}})),
+            Register::RefuseSecond | Register::ErrorSecond => Some(self.admit(id, params)),
+        }
+    }
+
+    /// The answers to the registrations held back; later ones are admitted.
+    fn release(&mut self) -> Vec<Value> {
+        self.mode = Register::Admit;
+        std::mem::take(&mut self.held)
+            .into_iter()
+            .map(|(id, params)| self.admit(&id, &params))
+            .collect()
+    }
+
+    /// The first handle of `kind` admitted.
+    fn first(&self, kind: &str) -> Option<&Admitted> {
+        self.admitted.iter().find(|a| a.kind == kind)
+    }
 }
 
 impl Answerer for CoreRole {
@@ -311,22 +629,15 @@ impl Answerer for CoreRole {
         _within: Duration,
     ) -> AnswerFuture<'a> {
         let answer = match method {
-            "registry/register" => {
-                self.next_handle += 1;
-                let name = params
-                    .pointer("/spec/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let kind = params.get("kind").and_then(Value::as_str).unwrap_or("");
-                self.handles
-                    .insert(format!("{kind}:{name}"), self.next_handle);
-                json!({"jsonrpc": "2.0", "id": id, "result": {"handle": self.next_handle}})
-            }
-            "registry/unregister" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
-            _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::REFUSED,
+            "registry/register" => self.register(id, params),
+            "registry/unregister" => Some(json!({"jsonrpc": "2.0", "id": id, "result": {}})),
+            // "the core's policy refuses the call": conform's core runs no tools.
+            _ => Some(
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": code::REFUSED,
                 "message": format!("conform's core serves no {method}")}}),
+            ),
         };
-        Box::pin(async move { Some(answer) })
+        Box::pin(async move { answer })
     }
 }
 
@@ -334,6 +645,9 @@ struct CaseRun<'a> {
     ctx: &'a Context,
     s: Session<HostWatch>,
     role: CoreRole,
+    /// The activation the setup made, and later ones the steps make: each
+    /// starts a fresh list of admitted handles for the variables.
+    admitted_from: usize,
 }
 
 impl Context {
@@ -348,9 +662,13 @@ impl Context {
             );
             return result(early);
         }
+        // The tier is the host's declaration: not applicable.
         if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
-            // The tier is the host's declaration: not applicable.
             early.skip("the case is for a builtin-tier host", SkipKind::Declared);
+            return result(early);
+        }
+        if case.needs.contains(&Need::PluginTier) && self.tier != Tier::Plugin {
+            early.skip("the case is for a plugin-tier host", SkipKind::Declared);
             return result(early);
         }
         let stream = match self.launcher.start(&[], crate::wire::Codec::Frames) {
@@ -363,7 +681,11 @@ impl Context {
         let mut run = CaseRun {
             ctx: self,
             s: Session::new(stream, "host", HostWatch::new(self.tier), started, 1),
-            role: CoreRole::default(),
+            role: CoreRole {
+                mode: case.config.register,
+                ..CoreRole::default()
+            },
+            admitted_from: 0,
         };
         run.s.vars.set("tier", json!(self.tier.name()));
         run.s.vars.set("owner", owner());
@@ -372,15 +694,16 @@ impl Context {
                 .vars
                 .set("entry", json!({"path": x.path, "sha256": x.sha256}));
         }
-        run.setup(case.config.setup).await;
-        let setup_failed =
-            !run.s.ev.findings.is_empty() || run.s.stalled || !run.s.watch.violations.is_empty();
-        for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
-            if !setup_failed && run.s.vars.get(&format!("{kind}_handle")).is_none() {
-                run.s.ev.skip(
-                    format!("the extension registered no {kind}"),
-                    SkipKind::Outside,
-                );
+        run.setup(&case.config).await;
+        let setup_failed = !run.s.ev.findings.is_empty() || run.s.stalled || run.s.watch.broken();
+        if case.config.setup == Setup::Extension {
+            for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
+                if !setup_failed && run.s.vars.get(&format!("{kind}_handle")).is_none() {
+                    run.s.ev.skip(
+                        format!("the extension registered no {kind}"),
+                        SkipKind::Outside,
+                    );
+                }
             }
         }
         for (i, step) in case.steps.iter().enumerate() {
@@ -396,7 +719,7 @@ impl Context {
 }
 
 impl CaseRun<'_> {
-    /// Waits, within `within`, for the host to send a notification of `method`.
+    /// Waits, within `within`, for the host to send a message of `method`.
     async fn saw(&mut self, method: &str, within: Duration) -> bool {
         let m = method.to_owned();
         self.s
@@ -406,12 +729,23 @@ impl CaseRun<'_> {
             .await
     }
 
-    async fn setup(&mut self, setup: Setup) {
-        if setup == Setup::None {
+    /// The first handle of each kind the latest activation admitted, as the
+    /// variables `tool_handle`, `command_handle`, `hook_handle`.
+    fn sync_handles(&mut self) {
+        let from = self.admitted_from.min(self.role.admitted.len());
+        for kind in ["tool", "command", "hook"] {
+            if let Some(a) = self.role.admitted[from..].iter().find(|a| a.kind == kind) {
+                self.s.vars.set(format!("{kind}_handle"), json!(a.handle));
+            }
+        }
+    }
+
+    async fn setup(&mut self, config: &Config) {
+        if config.setup == Setup::None {
             return;
         }
         if !self.saw("host/hello", self.ctx.startup).await {
-            if self.s.watch.violations.is_empty() {
+            if !self.s.watch.broken() {
                 self.s.ev.fail(
                     Kind::Missing,
                     format!(
@@ -430,10 +764,11 @@ impl CaseRun<'_> {
             .cloned()
             .unwrap_or(Value::Null);
         self.s.vars.set("hello", hello);
-        if setup == Setup::Hello {
+        if config.setup == Setup::Hello {
             return;
         }
-        let Some(key) = self.s.request("host/initialize", initialize_params()).await else {
+        let params = initialize_params(&config.limits);
+        let Some(key) = self.s.request("host/initialize", params).await else {
             return;
         };
         if self
@@ -445,7 +780,7 @@ impl CaseRun<'_> {
             return;
         }
         if !self.saw("host/ready", REQUEST_DEADLINE).await {
-            if self.s.watch.violations.is_empty() {
+            if !self.s.watch.broken() {
                 self.s
                     .ev
                     .fail(Kind::Missing, "setup: no host/ready after host/initialize");
@@ -453,7 +788,7 @@ impl CaseRun<'_> {
             self.s.stalled = true;
             return;
         }
-        if setup != Setup::Extension {
+        if config.setup != Setup::Extension {
             return;
         }
         let Some(x) = self.ctx.extension.clone() else {
@@ -475,11 +810,7 @@ impl CaseRun<'_> {
             .await
         {
             Some(Ok(r)) if r["status"] == "ok" => {
-                // The first handle of each kind, for the cases.
-                for (key, handle) in self.role.handles.clone().into_iter().rev() {
-                    let kind = key.split(':').next().unwrap_or("");
-                    self.s.vars.set(format!("{kind}_handle"), json!(handle));
-                }
+                self.sync_handles();
                 self.s.vars.set("activated", r);
             }
             Some(other) => {
@@ -496,6 +827,7 @@ impl CaseRun<'_> {
     }
 
     async fn step(&mut self, index: usize, step: &Step) {
+        self.sync_handles();
         match &step.action {
             Action::Write(bytes) => {
                 let Some(bytes) = self.s.raw_bytes(bytes) else {
@@ -524,6 +856,10 @@ impl CaseRun<'_> {
                         .await;
                     return;
                 }
+                if send.method == "ext/activate" {
+                    // A new activation: the variables name its handles.
+                    self.admitted_from = self.role.admitted.len();
+                }
                 let id = self.s.next_id();
                 let message =
                     json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
@@ -550,7 +886,14 @@ impl CaseRun<'_> {
                 self.judge_answer(step, &key, &method).await;
             }
             Action::WaitFor(method) => {
-                let within = step.deadline_or(REQUEST_DEADLINE);
+                // "`host/hello` carries the tier the host serves": it comes
+                // first, within the run's startup bound.
+                let default = if method == "host/hello" {
+                    self.ctx.startup
+                } else {
+                    REQUEST_DEADLINE
+                };
+                let within = step.deadline_or(default);
                 if !self.saw(method, within).await {
                     self.s.ev.fail(
                         Kind::Missing,
@@ -580,12 +923,257 @@ impl CaseRun<'_> {
                         self.s.ev.push(f);
                     }
                 }
+                let checks = step.expect.as_ref().map(|e| e.checks.clone());
+                if checks.is_some_and(|c| c.contains(&NamedCheck::Hello)) {
+                    for f in hello_findings(&params) {
+                        self.s.ev.push(f);
+                    }
+                }
             }
             Action::Quiet(_) | Action::Probe | Action::CloseStdin | Action::ExitsWithin(_) => {
                 self.s.common(&mut self.role, step, &PROBE).await;
             }
-            Action::Own(own) => match *own {},
+            Action::Own(own) => self.own(step, own).await,
         }
+    }
+
+    async fn own(&mut self, step: &Step, own: &Own) {
+        match own {
+            Own::Release => {
+                for answer in self.role.release() {
+                    self.s.send(&answer).await;
+                }
+            }
+            Own::WaitHandle(kind) => {
+                let within = step.deadline_or(REQUEST_DEADLINE);
+                let k = kind.clone();
+                self.s
+                    .pump(&mut self.role, Instant::now() + within, &|s| {
+                        s.watch.admitted.contains(&k)
+                    })
+                    .await;
+                if self.role.first(kind).is_none() {
+                    self.s.ev.skip(
+                        format!("the extension registered no {kind} that conform could admit"),
+                        SkipKind::Outside,
+                    );
+                }
+            }
+            Own::Absent(method) => {
+                if self.s.watch.saw(method).is_some() {
+                    self.s
+                        .ev
+                        .fail(Kind::Unexpected, format!("the host sent {method} already"));
+                }
+            }
+            Own::Message(m) => {
+                let Some(m) = self.s.expand(m) else { return };
+                let Some(key) = self.s.send(&m).await else {
+                    if m.get("id").is_some() {
+                        self.s
+                            .ev
+                            .error("a message step's id is a u64 and its method a string");
+                    }
+                    return;
+                };
+                let method = m["method"].as_str().unwrap_or("the message").to_owned();
+                self.judge_answer(step, &key, &method).await;
+            }
+            Own::NoResult(id) => {
+                let key = id.to_string();
+                let within = step.deadline_or(Duration::from_secs(2));
+                let k = key.clone();
+                self.s
+                    .pump(&mut self.role, Instant::now() + within, &|s| {
+                        s.answers.contains_key(&k)
+                    })
+                    .await;
+                match self.s.answers.remove(&key) {
+                    Some(Ok(r)) => {
+                        self.s
+                            .ev
+                            .fail(
+                                Kind::WrongKind,
+                                format!(
+                                    "request {id} was served: the result {}",
+                                    matcher::brief(&r)
+                                ),
+                            )
+                            .seen(
+                                "no result (an error, no answer, or the host ending)",
+                                matcher::brief(&r),
+                            );
+                    }
+                    Some(Err(e)) => self.s.ev.observe(format!("request {id} was refused: {e}")),
+                    None => self.s.ev.observe(format!("request {id} got no answer")),
+                }
+            }
+            Own::Sweep(sweep) => self.sweep(sweep).await,
+        }
+    }
+
+    /// Calls every handle of the sweep's kind the latest activation admitted.
+    async fn sweep(&mut self, sweep: &Sweep) {
+        let from = self.admitted_from.min(self.role.admitted.len());
+        let targets: Vec<Admitted> = self.role.admitted[from..]
+            .iter()
+            .filter(|a| a.kind == sweep.kind.name())
+            .cloned()
+            .collect();
+        if targets.is_empty() {
+            self.s.ev.skip(
+                format!("the extension registered no {}", sweep.kind.name()),
+                SkipKind::Outside,
+            );
+            return;
+        }
+        let tools: Vec<String> = self.role.admitted[from..]
+            .iter()
+            .filter(|a| a.kind == "tool")
+            .map(|a| a.name.clone())
+            .collect();
+        let mut n = 0;
+        for t in &targets {
+            let calls: Vec<(&str, Value)> = match sweep.kind {
+                SweepKind::Tool => {
+                    let mut p = json!({"handle": t.handle, "call_id": format!("conform-sweep-{}", t.name),
+                        "input": input_for(t.schema.as_ref(), &sweep.text, sweep.number),
+                        "deadline_ms": 5000});
+                    if sweep.with_ticket {
+                        p["ticket"] = json!(format!("conform-ticket-{}", t.handle));
+                    }
+                    vec![("tool/call", p)]
+                }
+                SweepKind::Command => vec![(
+                    "command/run",
+                    json!({"handle": t.handle, "command_id": format!("conform-sweep-{}", t.name),
+                        "raw_input": sweep.text.trim(), "deadline_ms": 5000}),
+                )],
+                SweepKind::Hook => tools
+                    .iter()
+                    .map(String::as_str)
+                    .chain(HOOK_PROBES.iter().copied())
+                    .map(|name| {
+                        (
+                            "hook/evaluate",
+                            json!({"handle": t.handle, "event": "pre_tool", "deadline_ms": 5000,
+                                "payload": {"name": name, "call_id": format!("conform-hook-{name}"),
+                                    "input": {"text": sweep.text}, "mode": "ask", "workspace": "/tmp",
+                                    "model": "conform"}}),
+                        )
+                    })
+                    .collect(),
+            };
+            for (method, params) in calls {
+                n += 1;
+                if !self
+                    .sweep_call(&t.name, method, params, sweep.cancel_after)
+                    .await
+                {
+                    return;
+                }
+            }
+        }
+        self.s.ev.observe(format!(
+            "{n} calls, each answered once with its type or an error"
+        ));
+    }
+
+    /// One call of a sweep: its answer within its deadline (conform cancels
+    /// it there, as the core does), read as its method's result type; with
+    /// `cancel_after`, cancelled early and answered -32800. An answer other
+    /// than -32800 that comes at once after the `$/cancel` may have crossed
+    /// it, so the call is made again and cancelled later: twice is no
+    /// crossing. Says whether the sweep goes on.
+    async fn sweep_call(
+        &mut self,
+        name: &str,
+        method: &str,
+        params: Value,
+        cancel_after: Option<f64>,
+    ) -> bool {
+        let what = format!("{method} of `{name}`");
+        let mut found = Vec::new();
+        for attempt in 0..2u32 {
+            let after = cancel_after.map(|c| c * f64::from(1 + 2 * attempt));
+            let Some((answer, cancelled_at)) = self.call_once(&what, method, &params, after).await
+            else {
+                return false;
+            };
+            if let Ok(r) = &answer
+                && let Some(why) = validate::result_violation(method, r)
+            {
+                found.push(Finding::new(None, Kind::Shape, why));
+            }
+            let Some(at) = cancelled_at.filter(|_| cancel_after.is_some()) else {
+                break;
+            };
+            if matches!(&answer, Err(e) if e["code"] == json!(code::CANCELLED.0)) {
+                break;
+            }
+            let late = at > Duration::from_millis(100);
+            if late || attempt == 1 {
+                // "Cancelled by `$/cancel`."
+                let how = crate::jsonrpc::describe_answer(&answer);
+                let when = if late {
+                    format!("{} ms later", at.as_millis())
+                } else {
+                    "at once, twice, cancelled at two different times".to_owned()
+                };
+                found.push(
+                    Finding::new(
+                        Some("cwx.cancel.in-flight"),
+                        Kind::Mismatch,
+                        format!("it was cancelled while in flight and answered {when} with {how}, not -32800"),
+                    )
+                    .saw("the error -32800", how),
+                );
+                break;
+            }
+        }
+        let ok = found.is_empty();
+        for mut f in found {
+            f.message = format!("{what}: {}", f.message);
+            self.s.ev.push(f);
+        }
+        ok && self.s.goes_on()
+    }
+
+    /// Sends one call and reads its answer; with `cancel_after`, cancels it
+    /// if it is still running then. The answer, and how long after the
+    /// `$/cancel` it came (when one was sent).
+    async fn call_once(
+        &mut self,
+        what: &str,
+        method: &str,
+        params: &Value,
+        cancel_after: Option<f64>,
+    ) -> Option<(Result<Value, Value>, Option<Duration>)> {
+        let key = self.s.request(method, params.clone()).await?;
+        let id: u64 = key.parse().unwrap_or_default();
+        let first = cancel_after.map_or(Duration::from_millis(5000), Duration::from_secs_f64);
+        let k = key.clone();
+        let got = self
+            .s
+            .pump(&mut self.role, Instant::now() + first, &|s| {
+                s.answers.contains_key(&k)
+            })
+            .await;
+        let mut cancelled = None;
+        if !got && !self.s.closed && !self.s.watch.broken() {
+            // "How long the core waits for this request's answer before it
+            // sends `$/cancel`".
+            self.s
+                .send(&json!({"jsonrpc": "2.0", "method": "$/cancel", "params": {"id": id}}))
+                .await;
+            cancelled = Some(Instant::now());
+        }
+        // Room for a loaded machine: a cancelled call's answer is due at once.
+        let answer = self
+            .s
+            .answer(&mut self.role, &key, what, Duration::from_secs(5))
+            .await?;
+        Some((answer, cancelled.map(|at| at.elapsed())))
     }
 
     async fn judge_answer(&mut self, step: &Step, key: &str, method: &str) {
@@ -624,17 +1212,109 @@ impl CaseRun<'_> {
         let Some(mut found) = self.s.judge(&answer, rule, &expect.result, &expect.error) else {
             return;
         };
+        if let (Some(requirement), Ok(r)) = (&expect.refused, &answer) {
+            found.push(
+                Finding::new(
+                    Some(requirement),
+                    Kind::WrongKind,
+                    format!(
+                        "served what its parser must refuse: the result {}",
+                        matcher::brief(r)
+                    ),
+                )
+                .saw("no result", matcher::brief(r)),
+            );
+        }
         for check in &expect.checks {
             match (check, &answer) {
                 (NamedCheck::ResultShape, Ok(r)) => found.extend(
                     validate::result_violation(method, r)
                         .map(|e| Finding::new(None, Kind::Shape, e)),
                 ),
-                (NamedCheck::ResultShape, Err(_)) => {}
+                (NamedCheck::ResultShape, Err(_)) | (NamedCheck::Hello, _) => {}
             }
         }
         self.s.conclude(method, &answer, found);
     }
+}
+
+/// Tool names a hook sweep asks about besides the extension's own: the
+/// calls a guard is written for.
+const HOOK_PROBES: &[&str] = &["bash", "rm", "sudo", "write_file"];
+
+/// An input a tool's schema admits: each property by its type (strings get
+/// `text`, numbers `number`), or `{"text": text}` when the schema names none.
+fn input_for(schema: Option<&Value>, text: &str, number: u64) -> Value {
+    let Some(props) = schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .filter(|p| !p.is_empty())
+    else {
+        return json!({"text": text});
+    };
+    let mut input = serde_json::Map::new();
+    // The first string carries the text; the rest a short one, so an
+    // input stays within a lowered max_frame.
+    let mut first_string = true;
+    for (name, p) in props.iter().take(32) {
+        let ty = p
+            .get("type")
+            .map(|t| match t {
+                Value::Array(a) => a.first().and_then(Value::as_str).unwrap_or("string"),
+                other => other.as_str().unwrap_or("string"),
+            })
+            .unwrap_or("string");
+        let v = match ty {
+            "integer" | "number" => json!(number),
+            "boolean" => json!(false),
+            "array" => json!([]),
+            "object" => json!({}),
+            "null" => Value::Null,
+            _ if std::mem::take(&mut first_string) => json!(text),
+            _ => json!(super::steps::SWEEP_TEXT),
+        };
+        input.insert(name.clone(), v);
+    }
+    Value::Object(input)
+}
+
+/// What `host/hello`'s params break of the module list and the memory limit.
+fn hello_findings(hello: &Value) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let ids: Vec<&str> = hello["builtin_modules"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|r| r["id"].as_str()).collect())
+        .unwrap_or_default();
+    // "one row per module, in id order"
+    if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {
+        found.push(
+            Finding::new(
+                Some("cwx.hello.modules"),
+                Kind::Mismatch,
+                format!(
+                    "host/hello lists builtin_modules {:?} before {:?}: not one row per module in id order",
+                    w[0], w[1]
+                ),
+            )
+            .saw("ids in increasing order", format!("{ids:?}")),
+        );
+    }
+    // "macOS + Bun, when the core asked for one ... Absent otherwise."
+    if let Some(mib) = hello.get("memory_limit_mib") {
+        let bun = hello.pointer("/runtime/name") == Some(&json!("bun"));
+        if !(bun && std::env::consts::OS == "macos") {
+            found.push(Finding::new(
+                Some("cwx.hello.memory-limit"),
+                Kind::Unexpected,
+                format!(
+                    "host/hello carries memory_limit_mib {mib}, but the host runs {} on {} and conform asked for no limit",
+                    hello.pointer("/runtime/name").unwrap_or(&Value::Null),
+                    std::env::consts::OS
+                ),
+            ));
+        }
+    }
+    found
 }
 
 #[cfg(test)]

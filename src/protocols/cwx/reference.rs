@@ -1,7 +1,9 @@
 //! conform's reference extension host (the `builtin` target): a sans-IO
 //! [`Host`] with one built-in toy extension, and [`serve`], the stdio loop
 //! that frames it. The toy's entry is [`TOY_ENTRY`]; activating it
-//! registers a tool (`echo`), a command (`hello`) and a hook (`guard`).
+//! registers three tools (`echo`, `relay`, which asks the core `core/call`
+//! with its call's ticket, and `wait`, which answers after `ms`), a command
+//! (`hello`) and a hook (`guard`).
 
 use super::table::{Direction, Tier, code};
 use super::validate;
@@ -23,25 +25,103 @@ enum Registration {
     Hook,
 }
 
+impl Registration {
+    fn wire(&self) -> &'static str {
+        match self {
+            Registration::Tool => "tool",
+            Registration::Command => "command",
+            Registration::Hook => "hook",
+        }
+    }
+}
+
+/// What the toy extension registers: kind, name, spec.
+fn toy_registrations() -> Vec<(Registration, &'static str, Value)> {
+    vec![
+        (
+            Registration::Tool,
+            "echo",
+            json!({"name": "echo", "description": "Echoes its input",
+                "input_schema": {"type": "object"}}),
+        ),
+        (
+            Registration::Tool,
+            "relay",
+            json!({"name": "relay", "description": "Asks the core's read_file tool, with its call's ticket",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}),
+        ),
+        (
+            Registration::Tool,
+            "wait",
+            json!({"name": "wait", "description": "Answers after `ms` milliseconds",
+                "input_schema": {"type": "object", "properties": {"ms": {"type": "integer"}}}}),
+        ),
+        (
+            Registration::Command,
+            "hello",
+            json!({"name": "hello", "description": "Greets", "argument_hint": "<name>"}),
+        ),
+        (
+            Registration::Hook,
+            "guard",
+            json!({"name": "guard", "description": "Abstains"}),
+        ),
+    ]
+}
+
 /// An activation waiting for the core's answers to its registrations.
 #[derive(Debug)]
 struct Activating {
     activate_id: Value,
+    owner: Value,
+    /// Registrations not sent yet (kept within max_inflight in flight).
+    queue: Vec<(Registration, String, Value)>,
     /// Register request id -> what it registers.
     waiting: HashMap<u64, (Registration, String)>,
+    /// Handles the core gave: live only once the activation answers ok.
+    admitted: Vec<(u64, Registration, String)>,
     refused: Vec<String>,
+    /// "the host enforces activation's own deadline"
+    deadline: Instant,
+}
+
+/// The limits the core sent in `host/initialize`.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_frame: usize,
+    max_inflight: usize,
+    activate: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_frame: crate::wire::frame::MAX_FRAME,
+            max_inflight: super::table::MAX_INFLIGHT,
+            activate: std::time::Duration::from_secs(10),
+        }
+    }
 }
 
 #[derive(Debug)]
 pub struct Host {
     tier: Tier,
+    /// Load any entry as the toy extension (the scripted host of `--role
+    /// core`, whose core names an extension of its own).
+    any_entry: bool,
     next_id: u64,
+    /// Live handles: handle -> (kind, name).
     handles: BTreeMap<u64, (Registration, String)>,
+    /// The owner of the live handles.
+    owner: Value,
     activating: Option<Activating>,
     /// In-flight tool calls held by `delay_ms`: request id -> (answer, when due).
     held: BTreeMap<u64, (Value, Instant)>,
+    /// `relay` calls waiting for the core's answer: core/call id -> tool/call id.
+    relaying: HashMap<u64, Value>,
     /// The time of the payload being handled.
     now: Instant,
+    limits: Limits,
     initialized: bool,
     /// Set by `host/shutdown`: the loop ends after writing.
     pub done: bool,
@@ -55,17 +135,45 @@ fn error(id: &Value, code: ErrorCode, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
+/// The code a refusal of the host's parser answers with: the envelope's
+/// (-32600), the tier's (-32601, "refused like an unknown one"), or the
+/// params' (-32602).
+fn refusal_code(refused: &validate::Refused) -> ErrorCode {
+    if refused.tier {
+        code::METHOD_NOT_FOUND
+    } else if refused.why.starts_with("envelope")
+        || refused.why.contains("must be a notification")
+        || refused.why.contains("must be a request")
+    {
+        code::INVALID_REQUEST
+    } else {
+        code::INVALID_PARAMS
+    }
+}
+
 impl Host {
     pub fn new(tier: Tier) -> Host {
         Host {
             tier,
+            any_entry: false,
             next_id: 0,
             handles: BTreeMap::new(),
+            owner: Value::Null,
             activating: None,
             held: BTreeMap::new(),
+            relaying: HashMap::new(),
             now: Instant::now(),
+            limits: Limits::default(),
             initialized: false,
             done: false,
+        }
+    }
+
+    /// A host that loads whatever entry it is given as the toy extension.
+    pub fn any_entry(tier: Tier) -> Host {
+        Host {
+            any_entry: true,
+            ..Host::new(tier)
         }
     }
 
@@ -86,15 +194,40 @@ impl Host {
         self.handle_at(payload, Instant::now())
     }
 
-    /// Handles one payload from the core at `now`.
+    /// Handles one payload from the core at `now`. What it writes keeps to
+    /// the core's limits: a message over max_frame is refused, never cut.
     pub fn handle_at(&mut self, payload: &[u8], now: Instant) -> Vec<Value> {
         self.now = now;
+        let out = self.dispatch(payload);
+        self.bounded(out)
+    }
+
+    /// An answer over max_frame becomes the error that refuses it
+    /// ("anything larger is refused, never truncated").
+    fn bounded(&self, out: Vec<Value>) -> Vec<Value> {
+        out.into_iter()
+            .map(|m| {
+                let len = serde_json::to_vec(&m).map_or(usize::MAX, |b| b.len());
+                match m.get("id") {
+                    Some(id) if len > self.limits.max_frame && m.get("method").is_none() => error(
+                        id,
+                        code::INTERNAL,
+                        format!(
+                            "the answer is {len} bytes, over max_frame {}: refused, never truncated",
+                            self.limits.max_frame
+                        ),
+                    ),
+                    _ => m,
+                }
+            })
+            .collect()
+    }
+
+    fn dispatch(&mut self, payload: &[u8]) -> Vec<Value> {
+        // "UTF-8 JSON": anything else is no message, and has no id to answer.
         let Ok(value) = serde_json::from_slice::<Value>(payload) else {
-            return vec![error(
-                &Value::Null,
-                code::PARSE_ERROR,
-                "frame payload is not JSON",
-            )];
+            eprintln!("conform reference host: a payload that is not UTF-8 JSON; dropped");
+            return vec![];
         };
         let id = value.get("id").cloned().unwrap_or(Value::Null);
         let method = value
@@ -116,6 +249,7 @@ impl Host {
             };
         }
         if let Err(refused) = validate::parse_core_message(value.clone(), self.tier) {
+            let code = refusal_code(&refused);
             let why = refused.why;
             return if id.is_null() || method.is_none() && value.get("id").is_none() {
                 vec![]
@@ -126,7 +260,7 @@ impl Host {
                     Err(json!({"message": why})),
                 )
             } else {
-                vec![error(&id, code::INVALID_PARAMS, why)]
+                vec![error(&id, code, why)]
             };
         }
         let params = value.get("params").cloned().unwrap_or(json!({}));
@@ -147,13 +281,7 @@ impl Host {
                     None => vec![],
                 }
             }
-            Some("host/initialize") => {
-                self.initialized = true;
-                vec![
-                    result(&id, json!({"protocol": super::table::PROTOCOL_VERSION})),
-                    json!({"jsonrpc": "2.0", "method": "host/ready", "params": {}}),
-                ]
-            }
+            Some("host/initialize") => self.initialize(&id, &params),
             Some("host/ping") => vec![result(&id, json!({}))],
             Some("host/shutdown") => {
                 self.done = true;
@@ -161,6 +289,7 @@ impl Host {
             }
             Some("ext/activate") => self.activate(&id, &params),
             Some("ext/deactivate") => {
+                // "Unknown, revoked, or not-yet-active handle": revoked now.
                 self.handles.clear();
                 vec![result(&id, json!({"disposed": true, "leaked": []}))]
             }
@@ -175,81 +304,133 @@ impl Host {
         }
     }
 
+    fn initialize(&mut self, id: &Value, params: &Value) -> Vec<Value> {
+        // hello offers {min: 1, max: 1}: another version is refused.
+        if params["protocol"].as_u64() != Some(super::table::PROTOCOL_VERSION) {
+            return vec![error(
+                id,
+                code::INVALID_PARAMS,
+                format!(
+                    "protocol {} is outside this host's range 1..=1",
+                    params["protocol"]
+                ),
+            )];
+        }
+        let l = &params["limits"];
+        let get = |k: &str, d: usize| l[k].as_u64().map_or(d, |v| v as usize);
+        let max = Limits::default();
+        // The core's limits bind this host too, within the constants.
+        self.limits = Limits {
+            max_frame: get("max_frame", max.max_frame).min(max.max_frame),
+            max_inflight: get("max_inflight", max.max_inflight).clamp(1, max.max_inflight),
+            activate: std::time::Duration::from_millis(
+                l["activate_deadline_ms"].as_u64().unwrap_or(10_000),
+            ),
+        };
+        self.initialized = true;
+        vec![
+            result(id, json!({"protocol": super::table::PROTOCOL_VERSION})),
+            json!({"jsonrpc": "2.0", "method": "host/ready", "params": {}}),
+        ]
+    }
+
     fn activate(&mut self, id: &Value, params: &Value) -> Vec<Value> {
         let path = params
             .pointer("/entry/path")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if path != TOY_ENTRY {
+        if path != TOY_ENTRY && !self.any_entry {
             return vec![result(
                 id,
                 json!({"status": "failed",
                 "diagnostic": format!("cannot load {path:?}: no such entry")}),
             )];
         }
-        let owner = params.get("owner").cloned().unwrap_or(Value::Null);
-        let mut out = Vec::new();
-        let mut waiting = HashMap::new();
-        for (kind, name, spec) in [
-            (
-                Registration::Tool,
-                "echo",
-                json!({"name": "echo", "description": "Echoes its input",
-                "input_schema": {"type": "object"}}),
-            ),
-            (
-                Registration::Command,
-                "hello",
-                json!({"name": "hello", "description": "Greets",
-                "argument_hint": "<name>"}),
-            ),
-            (
-                Registration::Hook,
-                "guard",
-                json!({"name": "guard", "description": "Abstains"}),
-            ),
-        ] {
-            self.next_id += 1;
-            let wire_kind = match kind {
-                Registration::Tool => "tool",
-                Registration::Command => "command",
-                Registration::Hook => "hook",
-            };
-            out.push(
-                json!({"jsonrpc": "2.0", "id": self.next_id, "method": "registry/register",
-                "params": {"owner": owner, "kind": wire_kind, "spec": spec}}),
-            );
-            waiting.insert(self.next_id, (kind, name.to_owned()));
+        if self.activating.is_some() {
+            return vec![error(id, code::REFUSED, "an activation is already running")];
         }
+        // A reactivation replaces the owner's handles.
+        self.handles.clear();
+        let queue = toy_registrations()
+            .into_iter()
+            .rev()
+            .map(|(k, n, spec)| (k, n.to_owned(), spec))
+            .collect();
         self.activating = Some(Activating {
             activate_id: id.clone(),
-            waiting,
+            owner: params.get("owner").cloned().unwrap_or(Value::Null),
+            queue,
+            waiting: HashMap::new(),
+            admitted: vec![],
             refused: vec![],
+            deadline: self.now + self.limits.activate,
         });
+        self.send_registrations()
+    }
+
+    /// Sends queued registrations while fewer than max_inflight are in flight.
+    fn send_registrations(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let max = self.limits.max_inflight;
+        let Some(a) = self.activating.as_mut() else {
+            return out;
+        };
+        while a.waiting.len() < max {
+            let Some((kind, name, spec)) = a.queue.pop() else {
+                break;
+            };
+            self.next_id += 1;
+            out.push(
+                json!({"jsonrpc": "2.0", "id": self.next_id, "method": "registry/register",
+                "params": {"owner": a.owner, "kind": kind.wire(), "spec": spec}}),
+            );
+            a.waiting.insert(self.next_id, (kind, name));
+        }
         out
     }
 
+    /// The core's answer to registration `id`, or to a relay's core/call.
     fn answer(&mut self, id: Option<u64>, outcome: Result<Value, Value>) -> Vec<Value> {
         let Some(id) = id else { return vec![] };
+        if let Some(call) = self.relaying.remove(&id) {
+            // The tool gets the core's answer, a refusal included; its
+            // tool/call is answered once either way.
+            let r = match outcome {
+                Ok(r) if validate::result_violation("tool/call", &r).is_none() => r,
+                Ok(r) => json!({"content": [{"type": "text",
+                    "text": format!("the core answered core/call with {r}")}], "is_error": true}),
+                Err(e) => json!({"content": [{"type": "text",
+                    "text": format!("the core refused core/call: {e}")}], "is_error": true}),
+            };
+            return vec![result(&call, r)];
+        }
         let Some(a) = self.activating.as_mut() else {
             return vec![];
         };
         let Some((kind, name)) = a.waiting.remove(&id) else {
             return vec![];
         };
+        // "a handle, or a refusal the host reports as a failed activation"
         match outcome
             .ok()
             .and_then(|r| r.get("handle").and_then(Value::as_u64))
         {
-            Some(h) => {
-                self.handles.insert(h, (kind, name));
-            }
+            Some(h) => a.admitted.push((h, kind, name)),
             None => a.refused.push(name),
         }
-        if !a.waiting.is_empty() {
-            return vec![];
+        let mut out = self.send_registrations();
+        let a = self.activating.as_ref().expect("present");
+        if a.waiting.is_empty() && a.queue.is_empty() {
+            out.extend(self.finish_activation());
         }
-        let a = self.activating.take().expect("present");
+        out
+    }
+
+    /// Answers the activation: ok, with its handles now live, or failed.
+    fn finish_activation(&mut self) -> Vec<Value> {
+        let Some(a) = self.activating.take() else {
+            return vec![];
+        };
         if !a.refused.is_empty() {
             return vec![result(
                 &a.activate_id,
@@ -258,17 +439,22 @@ impl Host {
             )];
         }
         let names = |k: Registration| -> Vec<String> {
-            self.handles
-                .values()
-                .filter(|(kk, _)| *kk == k)
-                .map(|(_, n)| n.clone())
+            a.admitted
+                .iter()
+                .filter(|(_, kk, _)| *kk == k)
+                .map(|(_, _, n)| n.clone())
                 .collect()
         };
-        vec![result(
+        let answer = result(
             &a.activate_id,
             json!({"status": "ok",
             "tools": names(Registration::Tool), "commands": names(Registration::Command)}),
-        )]
+        );
+        for (h, kind, name) in a.admitted {
+            self.handles.insert(h, (kind, name));
+        }
+        self.owner = a.owner;
+        vec![answer]
     }
 
     fn call(&mut self, id: &Value, params: &Value, want: Registration) -> Vec<Value> {
@@ -287,13 +473,50 @@ impl Host {
                 )];
             }
         }
+        let name = self.handles[&handle].1.clone();
+        let input = params.get("input").cloned().unwrap_or(Value::Null);
+        if want == Registration::Tool && name == "relay" {
+            // "Absent for a call with no gate ..., whose tool then has no way
+            // to ask the core for anything."
+            let Some(ticket) = params.get("ticket").and_then(Value::as_str) else {
+                return vec![result(
+                    id,
+                    json!({"content": [{"type": "text", "text": "no ticket: relay cannot ask the core"}],
+                        "is_error": true}),
+                )];
+            };
+            self.next_id += 1;
+            self.relaying.insert(self.next_id, id.clone());
+            return vec![
+                json!({"jsonrpc": "2.0", "id": self.next_id, "method": "core/call",
+                "params": {"owner": self.owner, "ticket": ticket, "name": "read_file",
+                    "input": {"path": input.get("path").cloned().unwrap_or(json!("/"))}}}),
+            ];
+        }
+        if want == Registration::Tool
+            && name == "wait"
+            && let Some(n) = id.as_u64()
+        {
+            let ms = input
+                .get("ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(60_000);
+            let r = result(
+                id,
+                json!({"content": [{"type": "text", "text": format!("waited {ms} ms")}], "is_error": false}),
+            );
+            let due = self.now + std::time::Duration::from_millis(ms.max(1));
+            self.held.insert(n, (r, due));
+            return vec![];
+        }
         let answer = match want {
             Registration::Tool => {
-                let input = params.get("input").cloned().unwrap_or(Value::Null);
                 let text = input.to_string();
                 let r = result(
                     id,
-                    json!({"content": [{"type": "text", "text": text}], "is_error": false}),
+                    json!({"content": [{"type": "text", "text": text}], "is_error": false,
+                        "structured": input}),
                 );
                 // `delay_ms` holds the call so a case can cancel it.
                 if let Some(ms) = input.get("delay_ms").and_then(Value::as_u64)
@@ -320,8 +543,10 @@ impl Host {
         vec![answer]
     }
 
-    /// The answers of held calls due by `now`.
+    /// The answers of held calls due by `now`, and an activation's failure
+    /// at its deadline.
     pub fn tick(&mut self, now: Instant) -> Vec<Value> {
+        self.now = now;
         let mut due = Vec::new();
         self.held.retain(|_, (answer, at)| {
             if *at <= now {
@@ -331,12 +556,27 @@ impl Host {
                 true
             }
         });
-        due
+        if let Some(a) = &self.activating
+            && a.deadline <= now
+        {
+            let a = self.activating.take().expect("present");
+            due.push(result(
+                &a.activate_id,
+                json!({"status": "failed", "diagnostic": format!(
+                    "the activation did not complete within activate_deadline_ms ({} ms)",
+                    self.limits.activate.as_millis())}),
+            ));
+        }
+        self.bounded(due)
     }
 
-    /// When the next held call is due.
+    /// When the next held call, or the activation's deadline, is due.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.held.values().map(|(_, at)| *at).min()
+        self.held
+            .values()
+            .map(|(_, at)| *at)
+            .chain(self.activating.as_ref().map(|a| a.deadline))
+            .min()
     }
 }
 
@@ -415,7 +655,7 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "ext/activate", "params": {
             "owner": owner(), "plugin_name": "toy", "entry": {"path": TOY_ENTRY, "sha256": TOY_SHA256}}}),
         );
-        assert_eq!(regs.len(), 3);
+        assert_eq!(regs.len(), 5);
         let mut last = vec![];
         for (i, r) in regs.iter().enumerate() {
             assert!(
@@ -429,7 +669,7 @@ mod tests {
         }
         assert_eq!(
             last[0]["result"],
-            json!({"status": "ok", "tools": ["echo"], "commands": ["hello"]})
+            json!({"status": "ok", "tools": ["echo", "relay", "wait"], "commands": ["hello"]})
         );
         let out = send(
             &mut h,
@@ -437,6 +677,81 @@ mod tests {
             "params": {"handle": 10, "call_id": "c", "input": {"a": 1}, "deadline_ms": 1000}}),
         );
         assert_eq!(out[0]["result"]["content"][0]["text"], "{\"a\":1}");
+    }
+
+    fn activate(h: &mut Host) -> Vec<Value> {
+        send(
+            h,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ext/activate", "params": {
+            "owner": owner(), "plugin_name": "toy", "entry": {"path": TOY_ENTRY, "sha256": TOY_SHA256}}}),
+        )
+    }
+
+    #[test]
+    fn handles_go_live_only_with_the_activations_ok_and_a_refusal_fails_it() {
+        let mut h = Host::new(Tier::Plugin);
+        let regs = activate(&mut h);
+        let first = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": regs[0]["id"], "result": {"handle": 7}}),
+        );
+        assert!(first.is_empty());
+        // "Unknown, revoked, or not-yet-active handle."
+        let early = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tool/call",
+            "params": {"handle": 7, "call_id": "c", "input": {}, "deadline_ms": 1000}}),
+        );
+        assert_eq!(early[0]["error"]["code"], code::NOT_AVAILABLE.0);
+        let mut last = vec![];
+        for (i, r) in regs.iter().enumerate().skip(1) {
+            let answer = if i == 1 {
+                json!({"jsonrpc": "2.0", "id": r["id"], "result": {"refused": "no"}})
+            } else {
+                json!({"jsonrpc": "2.0", "id": r["id"], "result": {"handle": 10 + i}})
+            };
+            last = send(&mut h, answer);
+        }
+        assert_eq!(last[0]["result"]["status"], "failed");
+        let late = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tool/call",
+            "params": {"handle": 7, "call_id": "c", "input": {}, "deadline_ms": 1000}}),
+        );
+        assert_eq!(late[0]["error"]["code"], code::NOT_AVAILABLE.0);
+    }
+
+    #[test]
+    fn the_cores_limits_bind_what_the_host_sends() {
+        let mut h = Host::new(Tier::Plugin);
+        let init = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": 9, "method": "host/initialize", "params": {
+            "protocol": 1, "limits": {"max_frame": 2048, "max_inflight": 2,
+            "dispose_deadline_ms": 100, "activate_deadline_ms": 100}}}),
+        );
+        assert_eq!(init.len(), 2);
+        // At most two registrations in flight.
+        let regs = activate(&mut h);
+        assert_eq!(regs.len(), 2);
+        let more = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": regs[0]["id"], "result": {"handle": 1}}),
+        );
+        assert_eq!(more.len(), 1, "one answer lets one more go");
+        // The activation's deadline fails it.
+        let due = h.next_deadline().expect("the activation's deadline");
+        let failed = h.tick(due);
+        assert_eq!(failed[0]["result"]["status"], "failed");
+        // An answer over max_frame is refused, never cut.
+        let big = "x".repeat(4096);
+        let out = send(
+            &mut h,
+            json!({"jsonrpc": "2.0", "id": 10, "method": "conform/unknown", "params": {}}),
+        );
+        assert!(serde_json::to_vec(&out[0]).unwrap().len() < 2048);
+        let refused = h.bounded(vec![json!({"jsonrpc": "2.0", "id": 11, "result": big})]);
+        assert_eq!(refused[0]["error"]["code"], code::INTERNAL.0);
     }
 
     #[test]

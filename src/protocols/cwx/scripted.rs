@@ -14,6 +14,7 @@ use crate::evidence::{Evidence, Kind};
 use crate::peer::{Check, ExitWant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 pub const CASES_DIR: &str = "cwx/core/cases";
 /// How late past a call's `deadline_ms` the `$/cancel` may come: scheduling
@@ -28,8 +29,44 @@ pub const BAD_FRAME: &[u8] = b"XWC1\x05\x00\x00\x00hello";
 pub mod rules {
     pub const FRAMES: &str = "cwx.core.frames";
     pub const TIER_SEND: &str = "cwx.core.tier-send";
-    pub const EVERY_MESSAGE: &[&str] = &[FRAMES, TIER_SEND];
+    pub const PROTOCOL: &str = "cwx.core.protocol";
+    pub const LIMITS: &str = "cwx.core.limits";
+    pub const INITIALIZE_FIRST: &str = "cwx.core.initialize-first";
+    pub const ANSWERS: &str = "cwx.core.answers";
+    pub const REGISTER_RESULT: &str = "cwx.core.register-result";
+    pub const CORE_CALL: &str = "cwx.core.core-call";
+    pub const INFLIGHT: &str = "cwx.core.inflight";
+    pub const IDS: &str = "cwx.core.ids";
+    pub const OWNER: &str = "cwx.core.owner";
+    pub const CONFIG: &str = "cwx.core.config";
+    pub const RAW_INPUT: &str = "cwx.core.raw-input";
+    pub const DATA_DIR: &str = "cwx.core.data-dir";
+    pub const ENDS_HOST: &str = "cwx.core.ends-host";
+    pub const EVERY_MESSAGE: &[&str] = &[
+        FRAMES,
+        TIER_SEND,
+        PROTOCOL,
+        LIMITS,
+        INITIALIZE_FIRST,
+        ANSWERS,
+        REGISTER_RESULT,
+        CORE_CALL,
+        INFLIGHT,
+        IDS,
+        OWNER,
+        CONFIG,
+        RAW_INPUT,
+        DATA_DIR,
+        ENDS_HOST,
+    ];
 }
+
+/// How long after the core's exit its host must have seen the end of its
+/// input (or be gone): "Production relies on stdin EOF at process exit".
+pub const HOST_EOF_WITHIN_MS: u64 = 1000;
+/// A frame's payload that breaks a host's framing of the core's request:
+/// what a host's request to the core names when conform provokes a refusal.
+pub const BOGUS_TICKET: &str = "conform-no-such-ticket";
 
 /// A core case's `config`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,6 +81,26 @@ pub struct Script {
     /// Write a frame with a bad magic right after `host/ready`.
     #[serde(default)]
     pub bad_frame_after_ready: bool,
+    /// Write a header claiming more than MAX_FRAME right after `host/ready`.
+    #[serde(default)]
+    pub oversized_frame_after_ready: bool,
+    /// Fields merged into `host/hello`'s params (an unknown one, another
+    /// tier, a module no table pins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hello: Option<serde_json::Map<String, Value>>,
+    /// Hold every tool/call answer this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_tool_calls_ms: Option<u64>,
+    /// A request the host sends right after `host/ready`, to provoke a
+    /// refusal: its id is chosen by the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_after_ready: Option<Value>,
+    /// Register one more tool, with no input schema (check_spec refuses it).
+    #[serde(default)]
+    pub bad_registration: bool,
+    /// On tool/call, first ask the core `core/call` with a ticket it never issued.
+    #[serde(default)]
+    pub bogus_core_call: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<f64>,
 }
@@ -58,6 +115,12 @@ impl Default for Script {
             tier: plugin(),
             silent_tool_call: false,
             bad_frame_after_ready: false,
+            oversized_frame_after_ready: false,
+            hello: None,
+            hold_tool_calls_ms: None,
+            request_after_ready: None,
+            bad_registration: false,
+            bogus_core_call: false,
             deadline: None,
         }
     }
@@ -85,6 +148,11 @@ pub enum CoreCheck {
     /// After the host's broken frame, the core sent nothing more and ended
     /// the host (closed its stdin or killed it).
     EndsHost,
+    /// The core never sent this method.
+    NeverSends(String),
+    /// Every request the host sent to provoke a refusal got no result (an
+    /// error, or none); with a code, an error of that code.
+    Refuses(Option<i64>),
     /// The core's exit status.
     Exit(ExitWant),
 }
@@ -97,6 +165,9 @@ pub struct RawCoreStep {
     sends: Option<String>,
     cancels: Option<String>,
     ends_host: bool,
+    never_sends: Option<String>,
+    refuses: bool,
+    refuses_with: Option<i64>,
     exit: Option<ExitWant>,
     exit_zero: bool,
     info: bool,
@@ -104,7 +175,7 @@ pub struct RawCoreStep {
 
 impl crate::peer::CheckKeys for CoreCheck {
     type Raw = RawCoreStep;
-    const ONE_OF: &'static str = "sends, cancels, endsHost, exit";
+    const ONE_OF: &'static str = "sends, cancels, endsHost, neverSends, refuses, refusesWith, exit";
 
     fn read(r: RawCoreStep) -> Result<(Vec<CoreCheck>, bool), String> {
         let zero = ExitWant::Named(crate::peer::ExitClass::Zero);
@@ -112,6 +183,9 @@ impl crate::peer::CheckKeys for CoreCheck {
             r.sends.map(CoreCheck::Sends),
             r.cancels.map(CoreCheck::Cancels),
             r.ends_host.then_some(CoreCheck::EndsHost),
+            r.never_sends.map(CoreCheck::NeverSends),
+            r.refuses.then_some(CoreCheck::Refuses(None)),
+            r.refuses_with.map(|c| CoreCheck::Refuses(Some(c))),
             r.exit.map(CoreCheck::Exit),
             r.exit_zero.then_some(CoreCheck::Exit(zero)),
         ]
@@ -138,49 +212,165 @@ pub enum Event {
     BrokeFrame { t_ms: u64 },
     /// The core closed the host's stdin.
     Closed { t_ms: u64 },
+    /// The payload of the core's frame before this one's `In` is not UTF-8.
+    NotUtf8 { t_ms: u64 },
+    /// The host wrote request `id` to provoke a refusal.
+    Provoked { t_ms: u64, id: u64, method: String },
 }
 
 /// The scripted host: conform's reference host with the script's changes.
+/// It loads whatever entry the core activates as conform's toy extension.
 pub struct ScriptedHost {
     host: Host,
     script: Script,
+    /// The owner of the core's latest ext/activate.
+    owner: Value,
+    /// Ids of the host's own requests (the provocations), past the toy's.
+    next_id: u64,
+    /// tool/call answers held: (when due, answer).
+    held: Vec<(std::time::Instant, Value)>,
+    /// A tool/call waiting for the core's answer to the bogus core/call.
+    waiting_core_call: Option<(u64, Vec<u8>)>,
+    /// The bogus core/call was asked (once a run).
+    asked: bool,
+    /// The provocations written: id and method.
+    pub provoked: Vec<(u64, String)>,
 }
+
+/// What the scripted host writes for one payload.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub messages: Vec<Value>,
+    /// A broken frame to write after them.
+    pub broken: Option<&'static [u8]>,
+}
+
+/// A frame header claiming one byte more than MAX_FRAME.
+pub const OVERSIZED_HEADER: &[u8] = b"CWX1\x01\x00\x00\x02";
 
 impl ScriptedHost {
     pub fn new(script: Script) -> ScriptedHost {
         ScriptedHost {
-            host: Host::new(script.tier),
+            host: Host::any_entry(script.tier),
             script,
+            owner: Value::Null,
+            next_id: 1_000_000,
+            held: Vec::new(),
+            waiting_core_call: None,
+            asked: false,
+            provoked: Vec::new(),
         }
     }
 
     pub fn hello(&self) -> Value {
-        self.host.hello()
+        let mut hello = self.host.hello();
+        if let Some(patch) = &self.script.hello {
+            for (k, v) in patch {
+                hello["params"][k] = v.clone();
+            }
+        }
+        hello
     }
 
-    /// The messages to write for one payload from the core, and whether to
-    /// write the broken frame after them.
-    pub fn handle(&mut self, payload: &[u8], now: std::time::Instant) -> (Vec<Value>, bool) {
-        let method = crate::jsonrpc::parse_json(payload)
-            .ok()
+    fn provoke(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        self.provoked.push((self.next_id, method.to_owned()));
+        json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+    }
+
+    /// The messages to write for one payload from the core, and a broken
+    /// frame to write after them.
+    pub fn handle(&mut self, payload: &[u8], now: std::time::Instant) -> Written {
+        let message = crate::jsonrpc::parse_json(payload).ok();
+        let method = message
+            .as_ref()
             .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_owned));
-        if self.script.silent_tool_call && method.as_deref() == Some("tool/call") {
-            return (vec![], false);
+        // The core's answer to the bogus core/call: now the held tool/call.
+        if method.is_none()
+            && let Some((id, _)) = &self.waiting_core_call
+            && message.as_ref().and_then(|m| m["id"].as_u64()) == Some(*id)
+        {
+            let (_, call) = self.waiting_core_call.take().expect("present");
+            return self.handle(&call, now);
         }
-        let out = self.host.handle_at(payload, now);
-        let broke = self.script.bad_frame_after_ready
-            && out
-                .iter()
-                .any(|m| m.get("method") == Some(&json!("host/ready")));
-        (out, broke)
+        if method.as_deref() == Some("ext/activate")
+            && let Some(o) = message.as_ref().and_then(|m| m.pointer("/params/owner"))
+        {
+            self.owner = o.clone();
+        }
+        if method.as_deref() == Some("tool/call") {
+            if self.script.silent_tool_call {
+                return Written::default();
+            }
+            if self.script.bogus_core_call && !self.asked {
+                self.asked = true;
+                let ask = self.provoke(
+                    "core/call",
+                    json!({"owner": self.owner, "ticket": BOGUS_TICKET,
+                        "name": "read_file", "input": {"path": "/etc/hostname"}}),
+                );
+                self.waiting_core_call = Some((self.next_id, payload.to_vec()));
+                return Written {
+                    messages: vec![ask],
+                    broken: None,
+                };
+            }
+        }
+        let mut out = self.host.handle_at(payload, now);
+        if method.as_deref() == Some("tool/call")
+            && let Some(ms) = self.script.hold_tool_calls_ms
+        {
+            let due = now + std::time::Duration::from_millis(ms);
+            self.held.extend(out.drain(..).map(|m| (due, m)));
+        }
+        if method.as_deref() == Some("ext/activate") && self.script.bad_registration {
+            let owner = self.owner.clone();
+            out.push(self.provoke(
+                "registry/register",
+                json!({"owner": owner, "kind": "tool",
+                    "spec": {"name": "conform-no-schema", "description": "A tool with no input schema"}}),
+            ));
+        }
+        let ready = out
+            .iter()
+            .any(|m| m.get("method") == Some(&json!("host/ready")));
+        if ready && let Some(r) = self.script.request_after_ready.clone() {
+            let method = r["method"]
+                .as_str()
+                .unwrap_or("host/conform-unknown")
+                .to_owned();
+            let params = r.get("params").cloned().unwrap_or(json!({}));
+            out.push(self.provoke(&method, params));
+        }
+        let broken = if !ready {
+            None
+        } else if self.script.bad_frame_after_ready {
+            Some(BAD_FRAME)
+        } else if self.script.oversized_frame_after_ready {
+            Some(OVERSIZED_HEADER)
+        } else {
+            None
+        };
+        Written {
+            messages: out,
+            broken,
+        }
     }
 
     pub fn tick(&mut self, now: std::time::Instant) -> Vec<Value> {
-        self.host.tick(now)
+        let mut due = self.host.tick(now);
+        let (ready, later): (Vec<_>, Vec<_>) = self.held.drain(..).partition(|(at, _)| *at <= now);
+        self.held = later;
+        due.extend(ready.into_iter().map(|(_, m)| m));
+        due
     }
 
     pub fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.host.next_deadline()
+        self.host
+            .next_deadline()
+            .into_iter()
+            .chain(self.held.iter().map(|(at, _)| *at))
+            .min()
     }
 
     pub fn done(&self) -> bool {
@@ -197,6 +387,9 @@ pub struct CoreEnd {
     pub ms: u64,
     /// The scripted host was still alive after the core ended (conform killed it).
     pub host_outlived: bool,
+    /// The core exited and its host had neither seen the end of its input
+    /// nor ended within [`HOST_EOF_WITHIN_MS`] after.
+    pub host_left_open: bool,
 }
 
 fn parsed(payload: &str) -> Option<Value> {
@@ -206,7 +399,7 @@ fn parsed(payload: &str) -> Option<Value> {
 /// What the core did in `case`, as evidence for the grader.
 pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -> Evidence {
     crate::peer::evidence(
-        every_message(events, case.config.tier),
+        every_message(events, case.config.tier, end),
         &case.steps,
         |s| s.info,
         |s| check_step(&s.check, events, end),
@@ -233,6 +426,14 @@ fn check_step(check: &CoreCheck, events: &[Event], end: CoreEnd) -> Check {
         }
         CoreCheck::Cancels(m) => cancels(m, &from_core),
         CoreCheck::EndsHost => ends_host(events, end),
+        CoreCheck::NeverSends(m) => match from_core.iter().find(|(_, v)| v["method"] == json!(m)) {
+            None => Check::Holds,
+            Some(_) => Check::Broken(
+                Kind::Unexpected,
+                format!("the core sent {m} to a host it must refuse"),
+            ),
+        },
+        CoreCheck::Refuses(code) => refuses(events, &from_core, *code),
         CoreCheck::Exit(want) => match (end.code, end.stopped) {
             (code, false) if want.holds(code) => Check::Holds,
             (_, true) => Check::Broken(
@@ -244,6 +445,48 @@ fn check_step(check: &CoreCheck, events: &[Event], end: CoreEnd) -> Check {
                 format!("the core exited with {c:?}, not {want}"),
             ),
         },
+    }
+}
+
+/// Whether every request the host sent to provoke a refusal got none but
+/// an error (of `code`, when given).
+fn refuses(events: &[Event], from_core: &[(u64, Value)], code: Option<i64>) -> Check {
+    let provoked: Vec<(u64, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Provoked { id, method, .. } => Some((*id, method.as_str())),
+            _ => None,
+        })
+        .collect();
+    if provoked.is_empty() {
+        return Check::Unseen("the core never got as far as the host's request".into());
+    }
+    let mut problems = Vec::new();
+    for (id, method) in provoked {
+        let answer = from_core
+            .iter()
+            .find(|(_, v)| v.get("method").is_none() && v["id"] == json!(id));
+        match (answer, code) {
+            (Some((_, v)), _) if v.get("result").is_some() => problems.push(format!(
+                "the core served the host's {method} (id {id}) it must refuse: the result {}",
+                crate::matcher::brief(&v["result"])
+            )),
+            (Some((_, v)), Some(want)) if v.pointer("/error/code") != Some(&json!(want)) => {
+                problems.push(format!(
+                    "the core refused the host's {method} (id {id}) with {}, not {want}",
+                    v["error"]
+                ))
+            }
+            (None, Some(want)) => problems.push(format!(
+                "the core never answered the host's {method} (id {id}); the source wants the error {want}"
+            )),
+            _ => {}
+        }
+    }
+    if problems.is_empty() {
+        Check::Holds
+    } else {
+        Check::Broken(Kind::Rule, problems.join("; "))
     }
 }
 
@@ -372,48 +615,301 @@ fn describe(events: &[Event], end: CoreEnd) -> String {
             None => format!("was killed after {:.1} s", end.ms as f64 / 1000.0),
         }
     };
+    // Runs of one thing said once, with their count.
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for s in sent {
+        match runs.last_mut() {
+            Some((last, n)) if *last == s => *n += 1,
+            _ => runs.push((s, 1)),
+        }
+    }
+    let said: Vec<String> = runs
+        .into_iter()
+        .map(|(s, n)| if n > 1 { format!("{s} (×{n})") } else { s })
+        .collect();
     format!(
         "it sent {}; it {how}",
-        if sent.is_empty() {
+        if said.is_empty() {
             "nothing".into()
         } else {
-            sent.join(", ")
+            said.join(", ")
         }
     )
 }
 
 /// The rules every frame of every case is held to, as (requirement, kind, why).
-fn every_message(events: &[Event], tier: Tier) -> Vec<(String, Kind, String)> {
+fn every_message(events: &[Event], tier: Tier, end: CoreEnd) -> Vec<(String, Kind, String)> {
     let mut out = Vec::new();
+    let mut push = |rule: &str, kind: Kind, why: String| out.push((rule.to_owned(), kind, why));
     let mut n = 0;
+    let mut not_utf8 = false;
+    // The host's requests unanswered by the core: id -> method.
+    let mut host_asked: BTreeMap<u64, String> = BTreeMap::new();
+    // The core's requests the host has not answered: id -> method.
+    let mut core_asked: BTreeMap<u64, String> = BTreeMap::new();
+    let mut initialize: Option<u64> = None;
+    let mut initialized = false;
+    let mut hello: Option<Value> = None;
+    // Each plugin's latest (generation, owner), and the entries it activated.
+    type Activated = ((u64, Value), Vec<Value>);
+    let mut generations: BTreeMap<String, Activated> = BTreeMap::new();
+    let mut data_dirs: Vec<(Value, String)> = Vec::new();
     for e in events {
         match e {
-            Event::BadFrame { why, .. } => out.push((
-                rules::FRAMES.into(),
+            Event::BadFrame { why, .. } => push(
+                rules::FRAMES,
                 Kind::Framing,
                 format!("the core wrote bytes that are not a CWX1 frame: {why}"),
-            )),
+            ),
+            Event::NotUtf8 { .. } => not_utf8 = true,
+            Event::Out { payload, .. } => {
+                let Some(v) = parsed(payload) else { continue };
+                match (v["method"].as_str(), v["id"].as_u64()) {
+                    (Some("host/hello"), _) => hello = Some(v["params"].clone()),
+                    (Some(m), Some(id)) => {
+                        host_asked.insert(id, m.to_owned());
+                    }
+                    (None, Some(id)) => {
+                        core_asked.remove(&id);
+                        if initialize == Some(id) {
+                            initialized = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
             Event::In { payload, .. } => {
                 n += 1;
+                if std::mem::take(&mut not_utf8) {
+                    push(
+                        rules::FRAMES,
+                        Kind::Malformed,
+                        format!("frame {n}'s payload is not UTF-8"),
+                    );
+                    continue;
+                }
                 let Some(v) = parsed(payload) else {
-                    out.push((
-                        rules::FRAMES.into(),
+                    push(
+                        rules::FRAMES,
                         Kind::Malformed,
                         format!("frame {n}'s payload is not JSON"),
-                    ));
+                    );
                     continue;
                 };
-                if let Err(refused) = validate::parse_core_message(v, tier) {
+                if let Err(refused) = validate::parse_core_message(v.clone(), tier) {
                     let (rule, kind) = if refused.tier {
                         (rules::TIER_SEND, Kind::Unexpected)
                     } else {
                         (rules::FRAMES, Kind::Shape)
                     };
-                    out.push((rule.into(), kind, format!("frame {n}: {refused}")));
+                    push(rule, kind, format!("frame {n}: {refused}"));
+                    continue;
+                }
+                let id = v["id"].as_u64();
+                let Some(method) = v["method"].as_str() else {
+                    // The core's answer to a request of the host.
+                    let id = id.unwrap_or_default();
+                    match host_asked.remove(&id) {
+                        None => push(
+                            rules::ANSWERS,
+                            Kind::Unexpected,
+                            format!(
+                                "frame {n} answers id {id}, which no request of the host in flight has"
+                            ),
+                        ),
+                        Some(m) => {
+                            if let Some(r) = v.get("result")
+                                && let Some(why) = validate::core_result_violation(&m, r)
+                            {
+                                let rule = if m == "core/call" {
+                                    rules::CORE_CALL
+                                } else {
+                                    rules::REGISTER_RESULT
+                                };
+                                push(
+                                    rule,
+                                    Kind::Shape,
+                                    format!("frame {n}, the answer to {m}: {why}"),
+                                );
+                            }
+                        }
+                    }
+                    continue;
+                };
+                let p = &v["params"];
+                if let Some(id) = id {
+                    if let Some(earlier) = core_asked.insert(id, method.to_owned()) {
+                        push(
+                            rules::IDS,
+                            Kind::Rule,
+                            format!(
+                                "frame {n}: {method} has id {id}, the id of the core's {earlier} still in flight"
+                            ),
+                        );
+                    }
+                    // Said once, as the count crosses the limit.
+                    if core_asked.len() == super::table::MAX_INFLIGHT + 1 {
+                        push(
+                            rules::INFLIGHT,
+                            Kind::Rule,
+                            format!(
+                                "frame {n}: the core has {} requests in flight, over MAX_INFLIGHT (256)",
+                                core_asked.len()
+                            ),
+                        );
+                    }
+                    if !initialized
+                        && !matches!(method, "host/initialize" | "host/ping" | "host/shutdown")
+                    {
+                        push(
+                            rules::INITIALIZE_FIRST,
+                            Kind::Rule,
+                            format!(
+                                "frame {n}: the core sent {method} before host/initialize was answered"
+                            ),
+                        );
+                    }
+                }
+                match method {
+                    "host/initialize" => {
+                        initialize = id;
+                        let want = super::table::PROTOCOL_VERSION;
+                        let asked = p["protocol"].as_u64();
+                        let range = hello.as_ref().map(|h| {
+                            (
+                                h.pointer("/protocol/min").and_then(Value::as_u64),
+                                h.pointer("/protocol/max").and_then(Value::as_u64),
+                            )
+                        });
+                        let in_range = match (asked, range) {
+                            (Some(a), Some((Some(lo), Some(hi)))) => lo <= a && a <= hi,
+                            _ => true,
+                        };
+                        if asked != Some(want) || !in_range {
+                            push(
+                                rules::PROTOCOL,
+                                Kind::Mismatch,
+                                format!(
+                                    "frame {n}: host/initialize asks for protocol {}, not {want} (PROTOCOL_VERSION) in the hello's range",
+                                    p["protocol"]
+                                ),
+                            );
+                        }
+                        let max_frame = p
+                            .pointer("/limits/max_frame")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0);
+                        let max_inflight = p
+                            .pointer("/limits/max_inflight")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0);
+                        if max_frame > crate::wire::frame::MAX_FRAME as u64
+                            || max_inflight > super::table::MAX_INFLIGHT as u64
+                        {
+                            push(
+                                rules::LIMITS,
+                                Kind::Mismatch,
+                                format!(
+                                    "frame {n}: host/initialize tells the host max_frame {max_frame} and max_inflight {max_inflight}, over the core's own MAX_FRAME (33554432) or MAX_INFLIGHT (256)"
+                                ),
+                            );
+                        }
+                    }
+                    "ext/activate" => {
+                        let owner = &p["owner"];
+                        let token = owner["owner_token"].as_str().unwrap_or_default();
+                        // "`owner_token` is 128+ random bits": 16 bytes at least.
+                        if token.len() < 16 {
+                            push(
+                                rules::OWNER,
+                                Kind::Mismatch,
+                                format!(
+                                    "frame {n}: owner_token {token:?} has {} bytes, too few for 128 bits",
+                                    token.len()
+                                ),
+                            );
+                        }
+                        // "`generation` bumps on every (re)activation": a
+                        // later ext/activate of the plugin has a higher one,
+                        // unless it is another entry of the same owner.
+                        let plugin = owner["plugin_id"].as_str().unwrap_or_default().to_owned();
+                        let generation = owner["generation"].as_u64().unwrap_or(0);
+                        let entry = p["entry"].clone();
+                        match generations.get_mut(&plugin) {
+                            Some((before, entries)) if generation <= before.0 => {
+                                let same_owner = before.1 == *owner;
+                                if same_owner && !entries.contains(&entry) {
+                                    entries.push(entry);
+                                } else {
+                                    push(
+                                        rules::OWNER,
+                                        Kind::Mismatch,
+                                        format!(
+                                            "frame {n}: {plugin} is activated again with generation {generation}, not above its {}",
+                                            before.0
+                                        ),
+                                    );
+                                }
+                            }
+                            _ => {
+                                generations
+                                    .insert(plugin, ((generation, owner.clone()), vec![entry]));
+                            }
+                        }
+                        // "Always an object; `{}` when none."
+                        if let Some(c) = p.get("config")
+                            && !c.is_object()
+                        {
+                            push(
+                                rules::CONFIG,
+                                Kind::Mismatch,
+                                format!("frame {n}: ext/activate's config is {c}, not an object"),
+                            );
+                        }
+                        // "The same for every entry of one owner."
+                        if let Some(dir) = p["data_dir"].as_str() {
+                            if let Some((_, other)) =
+                                data_dirs.iter().find(|(o, d)| o == owner && d != dir)
+                            {
+                                push(
+                                    rules::DATA_DIR,
+                                    Kind::Mismatch,
+                                    format!(
+                                        "frame {n}: data_dir {dir:?} for an owner whose other entry had {other:?}"
+                                    ),
+                                );
+                            }
+                            data_dirs.push((owner.clone(), dir.to_owned()));
+                        }
+                    }
+                    "command/run" => {
+                        // "`raw_input` is what follows the command name, trimmed"
+                        let raw = p["raw_input"].as_str().unwrap_or_default();
+                        if raw.trim() != raw {
+                            push(
+                                rules::RAW_INPUT,
+                                Kind::Mismatch,
+                                format!(
+                                    "frame {n}: command/run's raw_input {raw:?} is not trimmed"
+                                ),
+                            );
+                        }
+                    }
+                    _ => {}
                 }
             }
             _ => {}
         }
+    }
+    // "Production relies on stdin EOF at process exit"
+    if end.host_left_open {
+        push(
+            rules::ENDS_HOST,
+            Kind::Process,
+            format!(
+                "the core exited and {HOST_EOF_WITHIN_MS} ms later its host had still not seen the end of its stdin: the host outlives the core"
+            ),
+        );
     }
     out
 }

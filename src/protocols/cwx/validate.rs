@@ -458,16 +458,8 @@ struct InitializeParams {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
-struct LenientOwner {
-    plugin_id: String,
-    generation: u64,
-    owner_token: String,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
 struct ActivateParams {
-    owner: LenientOwner,
+    owner: OwnerRef,
     #[serde(default, deserialize_with = "present_entry")]
     scope: Option<EntryRef>,
     plugin_name: String,
@@ -481,7 +473,7 @@ struct ActivateParams {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct DeactivateParams {
-    owner: LenientOwner,
+    owner: OwnerRef,
     #[serde(default, deserialize_with = "present_entry")]
     entry: Option<EntryRef>,
 }
@@ -493,6 +485,16 @@ struct ToolCallParams {
     call_id: String,
     input: Value,
     deadline_ms: u64,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    ticket: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    agent_id: Option<String>,
+    #[serde(default)]
+    origin_turn_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -501,6 +503,85 @@ struct CommandRunParams {
     handle: u64,
     command_id: String,
     raw_input: String,
+    deadline_ms: u64,
+    #[serde(default)]
+    workspace: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    agent_id: Option<String>,
+    #[serde(default)]
+    origin_turn_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct HookDispatchWire {
+    event: String,
+    dialect: String,
+    point: String,
+    #[serde(default)]
+    matcher: Option<String>,
+    query: String,
+}
+
+/// "Opaque execution references only. Rust never sends commands, inputs,
+/// environment or credentials."
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct HarnessRunParams {
+    owner: OwnerRef,
+    execution_id: String,
+    ticket: String,
+    deadline_ms: u64,
+    #[serde(default)]
+    hook: Option<HookDispatchWire>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct McpOperationGrant {
+    ticket: String,
+    operation_id: String,
+    method: String,
+    #[serde(default)]
+    wire_id: Option<String>,
+    params: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct McpOpenParams {
+    owner: OwnerRef,
+    session_id: String,
+    launch_ticket: String,
+    transport: String,
+    initialize_grant: McpOperationGrant,
+    initialized_grant: McpOperationGrant,
+    client_version: String,
+    deadline_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct McpRequestParams {
+    owner: OwnerRef,
+    session_id: String,
+    grant: McpOperationGrant,
+    deadline_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct McpCloseParams {
+    owner: OwnerRef,
+    session_id: String,
     deadline_ms: u64,
 }
 
@@ -594,9 +675,13 @@ pub fn parse_core_message(value: Value, tier: Tier) -> Result<(), Refused> {
         "tool/call" => check::<ToolCallParams>(&method, p)?,
         "command/run" => check::<CommandRunParams>(&method, p)?,
         "hook/evaluate" => check::<HookEvaluateParams>(&method, p)?,
-        // The builtin-only broker methods: conform does not send them; their
-        // params must at least be an object.
-        _ => check::<Map<String, Value>>(&method, p)?,
+        "harness/run" => check::<HarnessRunParams>(&method, p)?,
+        "mcp/open" => check::<McpOpenParams>(&method, p)?,
+        "mcp/request" => check::<McpRequestParams>(&method, p)?,
+        "mcp/close" => check::<McpCloseParams>(&method, p)?,
+        _ => {
+            return Err(format!("`{method}` is in the method table but has no decoder").into());
+        }
     }
     Ok(())
 }
@@ -672,6 +757,128 @@ enum HookVerdictWire {
     Revise { input: Map<String, Value> },
 }
 
+// The result types with no field but their own: the documented shapes. The
+// seed's types have no `deny_unknown_fields`, so the core ignores a field
+// they do not name; these twins find it (a SHOULD: the peer copes).
+
+#[derive(Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum ActivateDocumented {
+    Ok {
+        tools: Vec<String>,
+        #[serde(default)]
+        commands: Vec<String>,
+    },
+    Failed {
+        diagnostic: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct DeactivateDocumented {
+    disposed: bool,
+    leaked: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum ContentDocumented {
+    Text { text: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ToolResultDocumented {
+    content: Vec<ContentDocumented>,
+    is_error: bool,
+    #[serde(default, deserialize_with = "present")]
+    structured: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[allow(dead_code)]
+enum CommandDocumented {
+    Success {
+        #[serde(default)]
+        text: Option<String>,
+    },
+    Error {
+        text: String,
+    },
+    Submit {
+        prompt: String,
+        #[serde(default)]
+        text: Option<String>,
+    },
+}
+
+/// The seed's `RegisterResult` (untagged): what the core answers a
+/// registration with.
+#[derive(Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum RegisterResult {
+    Admitted { handle: u64 },
+    Refused { refused: String },
+}
+
+/// A field a result carries beyond its documented type, if it does (a
+/// result that does not read as its type at all is [`result_violation`]'s).
+pub fn result_undocumented(method: &str, result: &Value) -> Option<String> {
+    fn read<T: DeserializeOwned>(name: &str, v: &Value) -> Option<String> {
+        serde_json::from_value::<T>(v.clone())
+            .err()
+            .map(|e| format!("the result is not the documented {name}: {e}"))
+    }
+    if result_violation(method, result).is_some() {
+        return None;
+    }
+    match method {
+        "ext/activate" => read::<ActivateDocumented>("ActivateResult", result),
+        "ext/deactivate" => read::<DeactivateDocumented>("DeactivateResult", result),
+        "tool/call" => read::<ToolResultDocumented>("ToolResultWire", result),
+        "command/run" => read::<CommandDocumented>("CommandResultWire", result),
+        _ => None,
+    }
+}
+
+/// How the core's result to the host's `method` fails to read as its type
+/// (`registry/register`: RegisterResult; `core/call`: ToolResultWire).
+pub fn core_result_violation(method: &str, result: &Value) -> Option<String> {
+    match method {
+        "registry/register" => serde_json::from_value::<RegisterResult>(result.clone())
+            .err()
+            .map(|_| "the result is neither {handle: u64} nor {refused: string}".to_owned()),
+        "core/call" => result_violation("tool/call", result),
+        _ => None,
+    }
+}
+
+/// "Every code on the channel, by the name the TypeScript side uses."
+pub const CHANNEL_CODES: &[(&str, i64)] = &[
+    ("ParseError", -32700),
+    ("InvalidRequest", -32600),
+    ("MethodNotFound", -32601),
+    ("InvalidParams", -32602),
+    ("Internal", -32603),
+    ("ExecutionFailed", -32000),
+    ("NotAvailable", -32001),
+    ("Refused", -32002),
+    ("Denied", -32003),
+    ("Cancelled", -32800),
+];
+
+/// Whether `code` is one of the channel's.
+pub fn channel_code(code: i64) -> bool {
+    CHANNEL_CODES.iter().any(|(_, c)| *c == code)
+}
+
 /// How the result of `method` fails to read as its type, if it does.
 pub fn result_violation(method: &str, result: &Value) -> Option<String> {
     fn read<T: DeserializeOwned>(name: &str, v: &Value) -> Option<String> {
@@ -730,5 +937,47 @@ mod result_tests {
         );
         assert!(result_violation("command/run", &json!({"kind": "ok"})).is_some());
         assert!(result_violation("ext/deactivate", &json!({"disposed": "yes"})).is_some());
+    }
+
+    #[test]
+    fn a_field_beyond_the_documented_result_is_found_apart_from_a_broken_shape() {
+        let extra = json!({"content": [], "is_error": false, "meta": 1});
+        assert_eq!(result_violation("tool/call", &extra), None);
+        assert!(result_undocumented("tool/call", &extra).is_some());
+        let block =
+            json!({"content": [{"type": "text", "text": "t", "lang": "x"}], "is_error": false});
+        assert!(result_undocumented("tool/call", &block).is_some());
+        assert!(
+            result_undocumented(
+                "ext/activate",
+                &json!({"status": "ok", "tools": [], "x": 1})
+            )
+            .is_some()
+        );
+        assert_eq!(
+            result_undocumented("ext/activate", &json!({"status": "ok", "tools": []})),
+            None
+        );
+        // A broken shape is the MUST rule's, not this one's.
+        assert_eq!(
+            result_undocumented("tool/call", &json!({"content": "t"})),
+            None
+        );
+    }
+
+    #[test]
+    fn the_cores_answers_read_as_register_results_and_tool_results() {
+        assert_eq!(
+            core_result_violation("registry/register", &json!({"handle": 3})),
+            None
+        );
+        assert_eq!(
+            core_result_violation("registry/register", &json!({"refused": "no"})),
+            None
+        );
+        assert!(core_result_violation("registry/register", &json!({"ok": true})).is_some());
+        assert!(core_result_violation("registry/register", &json!({"handle": -1})).is_some());
+        assert!(core_result_violation("core/call", &json!({"content": []})).is_some());
+        assert!(channel_code(-32800) && !channel_code(-32099));
     }
 }
