@@ -48,6 +48,7 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     ("workspace-only-cwd", &["sandbox/execute/root-cwd"], &[]),
     ("bash-not-sh", &["sandbox/execute/posix-sh"], &[]),
+    ("expands-env", &["sandbox/execute/shlex-quoting"], &[]),
     (
         "ignores-timeout",
         &["sandbox/execute/timeout", "sandbox/execute/timeout-stops"],
