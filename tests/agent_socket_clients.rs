@@ -131,6 +131,16 @@ const DEVIATIONS: &[(&str, Option<&str>, &[&str])] = &[
         Some("agent-socket/client/workload/*,agent-socket/client/handshake/*"),
         PAST_HANDSHAKE,
     ),
+    // A root session "with no parent, name or agent".
+    (
+        "named-root",
+        Some("agent-socket/client/workload/*,agent-socket/client/handshake/*"),
+        &[
+            "workload/valid",
+            "handshake/unknown-fields",
+            "handshake/tools-only",
+        ],
+    ),
     (
         "execute-no-timeout",
         Some("agent-socket/client/workload/*,agent-socket/client/handshake/*"),
@@ -140,6 +150,17 @@ const DEVIATIONS: &[(&str, Option<&str>, &[&str])] = &[
             "handshake/no-tools",
             "handshake/tools-omitted",
         ],
+    ),
+];
+
+/// Deviations from a SHOULD, with the `--filter` of their run and the
+/// cases they must warn (and fail none).
+const WARNINGS: &[(&str, Option<&str>, &[&str])] = &[
+    // "A path in a Sandbox Environment, normalized as written."
+    (
+        "dotted-path",
+        Some("agent-socket/client/workload/*"),
+        &["workload/valid"],
     ),
 ];
 
@@ -176,6 +197,21 @@ fn the_reference_clients_pass_and_every_broken_client_fails_exactly_its_cases() 
                 extra,
                 fail: ids(fail),
                 warn: BTreeSet::new(),
+                skipped: Some(0),
+            }
+        }));
+        doubles.extend(WARNINGS.iter().map(|(name, filter, warn)| {
+            let mut extra = vec!["--role".into(), "client".into()];
+            if let Some(f) = filter {
+                extra.extend(["--filter".into(), (*f).into()]);
+            }
+            Double {
+                name: format!("deviation-{name}"),
+                protocol: "agent-socket",
+                target: client_fixture(name),
+                extra,
+                fail: BTreeSet::new(),
+                warn: ids(warn),
                 skipped: Some(0),
             }
         }));

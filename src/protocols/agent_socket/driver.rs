@@ -32,6 +32,11 @@ const DEFAULT_DEADLINE: f64 = 10.0;
 const UNBOUNDED_COMMAND_CAP: f64 = 120.0;
 /// How long a failed connection waits to see whether the target died.
 const EXIT_SETTLE: Duration = Duration::from_millis(300);
+/// How much sooner than a command's timeout a -32001 must come for conform
+/// to call it sooner: the server's clock starts after conform's.
+const SOONER_MARGIN: f64 = 0.05;
+/// The tool name conform calls as one no server declares.
+const UNDECLARED_TOOL: &str = "conform-undeclared.tool";
 /// How long `nothingAfter` listens past the reply line.
 const AFTER_REPLY_WINDOW: Duration = Duration::from_millis(300);
 
@@ -241,6 +246,7 @@ impl Session {
             started,
             transcript: Arc::new(Mutex::new(Vec::new())),
             ev: Evidence::default(),
+            advice: Vec::new(),
             conns: HashMap::new(),
             vars: self.declared.vars.clone(),
         };
@@ -270,13 +276,17 @@ impl Session {
                 if let Some(t) = tool {
                     run.vars.set(
                         "tool",
-                        json!({"name": t.full_name, "input": validate::example_input(&t.input_schema, 0)}),
+                        json!({"name": t.full_name, "bare": t.name, "input": validate::example_input(&t.input_schema, 0)}),
                     );
                 }
                 let before = run.ev.findings.len();
+                let advised = run.advice.len();
                 run.steps(&case.steps).await;
                 if let Some(t) = tool {
-                    for f in &mut run.ev.findings[before..] {
+                    for f in run.ev.findings[before..]
+                        .iter_mut()
+                        .chain(&mut run.advice[advised..])
+                    {
                         f.message = format!("tool {}: {}", t.full_name, f.message);
                     }
                 }
@@ -295,6 +305,13 @@ impl Session {
                 handle.abort();
                 run.ev
                     .observe(format!("connection `{name}` was never awaited"));
+            }
+        }
+        // The same documented-shape finding once, however many replies broke it.
+        let mut said = std::collections::HashSet::new();
+        for f in std::mem::take(&mut run.advice) {
+            if said.insert(f.message.clone()) {
+                run.ev.push(f);
             }
         }
         let transcript =
@@ -371,6 +388,11 @@ struct Pending {
     raw_id: Option<Option<Value>>,
     /// conform reached the socket (a failure after this was in the exchange).
     connected: bool,
+    /// The request's params, for checks that read them.
+    params: Value,
+    /// From before the connection to the end of the read: at least as long
+    /// as the server took.
+    elapsed: Duration,
 }
 
 struct CaseRun<'a> {
@@ -378,6 +400,9 @@ struct CaseRun<'a> {
     started: Instant,
     transcript: Arc<Mutex<Vec<TranscriptEntry>>>,
     ev: Evidence,
+    /// SHOULD findings that do not stop the case's steps: the documented
+    /// shape's, added to the evidence when the case ends.
+    advice: Vec<Finding>,
     conns: HashMap<String, JoinHandle<Pending>>,
     vars: Vars,
 }
@@ -407,7 +432,23 @@ impl CaseRun<'_> {
     async fn steps(&mut self, steps: &[Step]) {
         for (i, step) in steps.iter().enumerate() {
             let before = self.ev.findings.len();
+            let advised = self.advice.len();
             self.step(i, step).await;
+            if step.extra.setup && self.ev.findings.len() > before {
+                // The sandbox could not be prepared: nothing was tested.
+                self.advice.truncate(advised);
+                let why: Vec<String> = self
+                    .ev
+                    .findings
+                    .drain(before..)
+                    .map(|f| f.message)
+                    .collect();
+                self.ev.skip(
+                    format!("the sandbox could not prepare the case: {}", why.join("; ")),
+                    SkipKind::Outside,
+                );
+                break;
+            }
             // A step that broke leaves later steps nothing sound to build on.
             if self.ev.findings.len() > before || self.ev.error.is_some() {
                 break;
@@ -541,7 +582,8 @@ impl CaseRun<'_> {
         let pauses = step.pauses.clone();
         let name = conn_name.clone();
         let task = async move {
-            let deadline = Instant::now() + Duration::from_secs_f64(deadline_s);
+            let begun = Instant::now();
+            let deadline = begun + Duration::from_secs_f64(deadline_s);
             let mut stream = match connector.connect(CONNECT_WITHIN).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -557,6 +599,8 @@ impl CaseRun<'_> {
                         rest: None,
                         raw_id,
                         connected: false,
+                        params,
+                        elapsed: begun.elapsed(),
                     };
                 }
             };
@@ -595,6 +639,7 @@ impl CaseRun<'_> {
                 }
                 Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
             };
+            let elapsed = begun.elapsed();
             let mut rest = None;
             match &outcome {
                 ReadOutcome::Line { line, after } => {
@@ -662,6 +707,8 @@ impl CaseRun<'_> {
                 rest,
                 raw_id,
                 connected: true,
+                params,
+                elapsed,
             }
         };
         if step.wait {
@@ -805,6 +852,10 @@ impl CaseRun<'_> {
     /// Grades one reply against a step's expectation.
     fn judge(&mut self, expect: Option<&Expect>, p: &Pending, conn: &str) {
         let rule = expect.map(Expect::rule).unwrap_or(ReplyRule::Any);
+        if let Some(name) = expect.and_then(|e| e.keep.as_deref()) {
+            // Replaced by what came, once a reply is read.
+            self.vars.set(name, json!({"kind": "none"}));
+        }
         let what = p
             .method
             .as_deref()
@@ -890,8 +941,22 @@ impl CaseRun<'_> {
                 return;
             }
         };
+        if let Some(name) = expect.and_then(|e| e.keep.as_deref()) {
+            self.vars.set(name, kept(&reply));
+        }
+        let context = CheckContext {
+            params: &p.params,
+            elapsed: p.elapsed,
+            vars: &self.vars,
+            declared: &self.session.declared,
+        };
         let checks: Vec<CheckFindings> = expect
-            .map(|e| e.checks.iter().map(|c| named_check(*c, &reply)).collect())
+            .map(|e| {
+                e.checks
+                    .iter()
+                    .map(|c| named_check(*c, &reply, &context))
+                    .collect()
+            })
             .unwrap_or_default();
         // A check that says what it saw speaks instead of the raw reply.
         let seen: Vec<String> = checks
@@ -911,9 +976,9 @@ impl CaseRun<'_> {
         let mut found: Vec<Finding> = Vec::new();
         let envelope = |found: &mut Vec<Finding>, expected: Option<&Value>| {
             found.extend(
-                jsonrpc::envelope_violations(&reply, expected)
+                validate::envelope(&reply, expected)
                     .into_iter()
-                    .map(|e| Finding::new(None, Kind::Envelope, e)),
+                    .map(|(rule, e)| Finding::new(rule, Kind::Envelope, e)),
             );
         };
         if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
@@ -962,36 +1027,64 @@ impl CaseRun<'_> {
             _ => {}
         }
         if found.is_empty() {
+            // Two layers: what Vibe refuses fails the case at its level;
+            // where Vibe copes but the documented shape is broken, a SHOULD
+            // (`as.shape.documented`) shows the documented shape beside
+            // what came. Patterns match the values as Vibe reads them.
             let shape = |found: &mut Vec<Finding>, v: Vec<String>| {
                 found.extend(v.into_iter().map(|e| Finding::new(None, Kind::Shape, e)));
             };
-            match &reply.kind {
-                ReplyKind::Result(result) => {
-                    if expect.shape
-                        && let Some(spec) = p.method.as_deref().and_then(table::method)
-                    {
-                        shape(
-                            &mut found,
-                            validate::shape_violations(result, spec.result, "result"),
+            let (body, fields, pattern, path) = match &reply.kind {
+                ReplyKind::Result(result) => (
+                    result.clone(),
+                    p.method
+                        .as_deref()
+                        .and_then(table::method)
+                        .map(|m| m.result),
+                    &expect.result,
+                    "result",
+                ),
+                ReplyKind::Error { .. } => (
+                    reply.object.get("error").cloned().unwrap_or(Value::Null),
+                    Some(table::ERROR_BODY),
+                    &expect.error,
+                    "error",
+                ),
+                ReplyKind::Empty => (Value::Null, None, &None, ""),
+            };
+            let mut read = body.clone();
+            if let Some(fields) = fields {
+                match validate::vibe_read(&body, fields, path) {
+                    Ok(v) => read = v,
+                    Err(v) if expect.shape => shape(&mut found, v),
+                    Err(_) => {}
+                }
+                // An error body's one type Vibe converts is its code's.
+                if expect.shape && path == "error" {
+                    self.advice.extend(
+                        validate::envelope(&reply, None)
+                            .into_iter()
+                            .filter(|(rule, _)| *rule == Some(validate::rules::ERROR_CODE))
+                            .map(|(rule, e)| {
+                                Finding::new(rule, Kind::Envelope, format!("{what}: {e}"))
+                            }),
+                    );
+                }
+                if expect.shape && path == "result" {
+                    for u in validate::undocumented(&body, fields, path) {
+                        self.advice.push(
+                            Finding::new(
+                                Some(validate::rules::DOCUMENTED),
+                                Kind::Shape,
+                                format!("{what}: {}", u.describe()),
+                            )
+                            .saw(u.documented, matcher::brief(&u.came)),
                         );
                     }
-                    if let Some(pattern) = &expect.result {
-                        self.match_pattern(pattern, result, "result", &mut found);
-                    }
                 }
-                ReplyKind::Error { .. } => {
-                    let body = reply.object.get("error").cloned().unwrap_or(Value::Null);
-                    if expect.shape {
-                        shape(
-                            &mut found,
-                            validate::shape_violations(&body, table::ERROR_BODY, "error"),
-                        );
-                    }
-                    if let Some(pattern) = &expect.error {
-                        self.match_pattern(pattern, &body, "error", &mut found);
-                    }
-                }
-                ReplyKind::Empty => {}
+            }
+            if let Some(pattern) = pattern {
+                self.match_pattern(pattern, &read, path, &mut found);
             }
         }
         if expect.envelope {
@@ -1071,7 +1164,52 @@ impl From<Vec<String>> for CheckFindings {
     }
 }
 
-fn named_check(check: NamedCheck, reply: &Reply) -> CheckFindings {
+/// What a named check may read besides the reply.
+struct CheckContext<'a> {
+    /// The request's params.
+    params: &'a Value,
+    /// How long the reply took, at least as long as the server took.
+    elapsed: Duration,
+    vars: &'a Vars,
+    declared: &'a Declared,
+}
+
+/// A reply as a later check compares it: its kind, and its code and
+/// message or its result.
+fn kept(reply: &Reply) -> Value {
+    match &reply.kind {
+        ReplyKind::Result(r) => json!({"kind": "result", "result": r}),
+        ReplyKind::Error { code, message, .. } => {
+            json!({"kind": "error", "code": code.map(|c| c.0), "message": message})
+        }
+        ReplyKind::Empty => json!({"kind": "empty"}),
+    }
+}
+
+/// Whether two kept replies are the same refusal: errors with the same code
+/// and the same message once each call's tool name is left out.
+fn same_refusal(a: &Value, a_name: &str, b: &Value, b_name: &str) -> bool {
+    let text = |v: &Value, name: &str| {
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(name, "<tool>")
+    };
+    a["kind"] == "error"
+        && b["kind"] == "error"
+        && a["code"] == b["code"]
+        && text(a, a_name) == text(b, b_name)
+}
+
+/// `error.data.timeoutSeconds` as Vibe reads it: a positive number, not a boolean.
+fn named_limit(data: Option<&Value>) -> Option<f64> {
+    data.and_then(|d| d.get("timeoutSeconds"))
+        .filter(|t| !t.is_boolean())
+        .and_then(Value::as_f64)
+        .filter(|t| *t > 0.0)
+}
+
+fn named_check(check: NamedCheck, reply: &Reply, cx: &CheckContext) -> CheckFindings {
     let result = match &reply.kind {
         ReplyKind::Result(r) => Some(r),
         _ => None,
@@ -1102,6 +1240,84 @@ fn named_check(check: NamedCheck, reply: &Reply) -> CheckFindings {
             errors: vec![],
             observation: Some(describe_halves(&reply.kind)),
         },
+        NamedCheck::TimeoutLimit => {
+            let ReplyKind::Error {
+                code: Some(c),
+                data,
+                ..
+            } = &reply.kind
+            else {
+                return CheckFindings::default();
+            };
+            let Some(timeout) = cx.params.get("timeout").and_then(Value::as_f64) else {
+                return CheckFindings::default();
+            };
+            if *c != table::TIMEOUT_ERROR {
+                return CheckFindings::default();
+            }
+            let took = cx.elapsed.as_secs_f64();
+            let mut errors = Vec::new();
+            match named_limit(data.as_ref()) {
+                // "a shorter limit of the sandbox's own, which the error names"
+                Some(limit) if limit > timeout + 1e-6 => errors.push(format!(
+                    "the -32001 names a limit of {limit}s, longer than the command's timeout of {timeout}s: the limit applied is the timeout or a shorter one of the sandbox's own"
+                )),
+                Some(_) => {}
+                // "A server that stopped the command sooner than ``timeout``,
+                // at a limit of its own, says so in the error's optional ``data``"
+                None if took + SOONER_MARGIN < timeout => errors.push(format!(
+                    "the -32001 came {took:.2}s after the request, sooner than the command's timeout of {timeout}s, and its data names no limit: the model is told the command ran for its whole timeout"
+                )),
+                None => {}
+            }
+            errors.into()
+        }
+        NamedCheck::FullNameKnown => {
+            let (Some(tool), Some(undeclared), Some(bare)) = (
+                cx.vars.get("tool").cloned(),
+                cx.vars.get("undeclared").cloned(),
+                cx.vars.get("bare").cloned(),
+            ) else {
+                return CheckFindings::default();
+            };
+            let full = tool["name"].as_str().unwrap_or_default();
+            let bare_name = tool["bare"].as_str().unwrap_or_default();
+            // A bare name that is itself a declared name proves nothing.
+            if cx.declared.tools.iter().any(|t| t.full_name == bare_name) {
+                return CheckFindings::default();
+            }
+            let this = kept(reply);
+            if same_refusal(&this, full, &undeclared, UNDECLARED_TOOL)
+                && !same_refusal(&bare, bare_name, &undeclared, UNDECLARED_TOOL)
+            {
+                vec![format!(
+                    "{full} is answered as the undeclared {UNDECLARED_TOOL} is ({}), while its bare name {bare_name} is not: a call names its tool as namespace.name",
+                    describe_kind(&reply.kind)
+                )]
+                .into()
+            } else {
+                CheckFindings::default()
+            }
+        }
+        NamedCheck::CallerNullAccepted => {
+            let Some(rooted) = cx.vars.get("rooted").cloned() else {
+                return CheckFindings::default();
+            };
+            let invalid = |v: &Value| {
+                v["kind"] == "error"
+                    && v["code"] == json!(crate::jsonrpc::ErrorCode::INVALID_PARAMS.0)
+            };
+            // Without the root call's answer there is nothing to compare.
+            if invalid(&kept(reply)) && rooted["kind"] != "none" && !invalid(&rooted) {
+                vec![format!(
+                    "a call with caller null is refused as invalid params ({}), and the same call from the root session is not: caller is null when Vibe could not tell, which is valid params (a server that needs its caller may refuse the call, as a failed call)",
+                    describe_kind(&reply.kind)
+                )]
+                .into()
+            } else {
+                CheckFindings::default()
+            }
+        }
         NamedCheck::TimeoutData => {
             match &reply.kind {
                 ReplyKind::Error {
@@ -1258,7 +1474,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reply_with_another_id_is_a_typed_envelope_finding() {
-        let reply = "{\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{\"protocolVersion\":2,\"workspace\":null,\"python\":null,\"tools\":[]}}\n";
+        let reply = "{\"jsonrpc\":\"2.0\",\"id\":999,\"result\":{\"protocolVersion\":2,\"workspace\":null,\"python\":null,\"tools\":[],\"instructions\":null}}\n";
         let r = run(answering(Some(reply)), INITIALIZE).await;
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
         assert_eq!(r.findings.len(), 1, "{}", r.message);

@@ -42,7 +42,7 @@ pub fn tools() -> Value {
         {"namespace": "conform", "name": "echo", "description": "Returns its input as its output.",
          "inputSchema": {"type": "object"}, "outputSchema": null, "modelAccess": "both"},
         {"name": "fail", "description": "Always answers with a tool error.",
-         "inputSchema": {"type": "object"}}
+         "inputSchema": {"type": "object"}, "outputSchema": null}
     ])
 }
 
@@ -191,9 +191,21 @@ fn tool_call(id: Value, name: &str, input: Value) -> Value {
     }
 }
 
+/// A sandbox path as the sandbox's shell reads it: "A path starting with
+/// ``~`` is kept as written, for the sandbox to expand against its own
+/// home." The reference's home is its `HOME`, which its commands inherit.
+pub fn expand_home(path: &str) -> PathBuf {
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    match (path.strip_prefix('~'), home()) {
+        (Some(""), Some(h)) => h,
+        (Some(rest), Some(h)) if rest.starts_with('/') => h.join(&rest[1..]),
+        _ => PathBuf::from(path),
+    }
+}
+
 /// Reads at most `max_bytes` of a regular file; None when there is none.
 pub fn read_file(path: &str, max_bytes: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let p = Path::new(path);
+    let p = &expand_home(path);
     match std::fs::metadata(p) {
         Ok(m) if m.is_file() => {}
         // "null when there is no such file": a directory is not a regular file either.

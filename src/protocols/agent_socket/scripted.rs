@@ -46,6 +46,8 @@ pub mod rules {
     pub const DEFAULT_NAMESPACE: &str = "as.client.default-namespace";
     pub const NO_SANDBOX: &str = "as.client.no-sandbox";
     pub const NO_TOOLS: &str = "as.client.no-tools";
+    pub const CALLER: &str = "as.client.caller";
+    pub const SANDBOX_PATHS: &str = "as.client.sandbox-paths";
 
     /// Checked on every message of every case, whichever case cites them.
     pub const EVERY_MESSAGE: &[&str] = &[INITIALIZE_FIRST, ONE_REQUEST, COMPACT, ENVELOPE];
@@ -689,6 +691,69 @@ fn kind_of(rule: &str) -> Kind {
     }
 }
 
+/// Why a sandbox path is not written as Vibe writes one ("A path in a
+/// Sandbox Environment, normalized as written": absolute, or starting with
+/// `~`, with `.` and `..` collapsed), or None.
+fn unnormalized(path: &str) -> Option<&'static str> {
+    if !(path.starts_with('/') || path.starts_with('~')) {
+        return Some("is relative");
+    }
+    let parts: Vec<&str> = path.split('/').skip(1).collect();
+    let last = parts.len().saturating_sub(1);
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        Some("has a . or .. component")
+    } else if parts
+        .iter()
+        .enumerate()
+        .any(|(i, p)| p.is_empty() && i != last)
+    {
+        Some("has an empty component (//)")
+    } else {
+        None
+    }
+}
+
+/// How a caller breaks "The run's own session is the root, with no parent,
+/// name or agent; a subagent names its parent, its own name and the agent
+/// it runs as", or None (for null, or a caller whose shape is wrong: the
+/// params rule says so).
+fn caller_inconsistency(caller: &Value) -> Option<String> {
+    let Value::Object(c) = caller else {
+        return None;
+    };
+    let set = |k: &str| c.get(k).is_some_and(|v| !v.is_null());
+    let session = c.get("sessionId")?;
+    let root = c.get("rootSessionId")?;
+    if !set("parentSessionId") {
+        if set("name") || set("agentType") {
+            return Some(format!(
+                "is a root session (no parentSessionId) with a name or agentType: {}",
+                matcher::brief(caller)
+            ));
+        }
+        if session != root {
+            return Some(format!(
+                "is a root session (no parentSessionId) whose sessionId is not its rootSessionId: {}",
+                matcher::brief(caller)
+            ));
+        }
+    } else {
+        if !(set("name") && set("agentType")) {
+            return Some(format!(
+                "is a subagent (it has a parentSessionId) without its name and agentType: {}",
+                matcher::brief(caller)
+            ));
+        }
+        if session == root {
+            return Some(format!(
+                "is a subagent (it has a parentSessionId) that is its own root session: {}",
+                matcher::brief(caller)
+            ));
+        }
+    }
+    None
+}
+
 /// The rules every request of every case is held to, as (requirement, kind, why).
 fn every_message(script: &Script, obs: &Observation) -> Vec<(String, Kind, String)> {
     let mut out = Vec::new();
@@ -802,6 +867,19 @@ fn every_message(script: &Script, obs: &Observation) -> Vec<(String, Kind, Strin
                 if !v.is_empty() {
                     push(rule, v.join("; "));
                 }
+                let key = if method == "sandbox/execute" {
+                    "cwd"
+                } else {
+                    "path"
+                };
+                if let Some(path) = params.get(key).and_then(Value::as_str)
+                    && let Some(why) = unnormalized(path)
+                {
+                    push(
+                        rules::SANDBOX_PATHS,
+                        format!("{method} names the {key} {path:?}, which {why}"),
+                    );
+                }
                 if declaration.as_ref().is_some_and(|d| !d.sandbox) {
                     push(
                         rules::NO_SANDBOX,
@@ -813,6 +891,9 @@ fn every_message(script: &Script, obs: &Observation) -> Vec<(String, Kind, Strin
                 let v = shape(table::TOOL_CALL_PARAMS, "params");
                 if !v.is_empty() {
                     push(rules::TOOLS_CALL_PARAMS, v.join("; "));
+                }
+                if let Some(why) = params.get("caller").and_then(caller_inconsistency) {
+                    push(rules::CALLER, format!("the caller {why}"));
                 }
                 if let Some(id) = params.get("callbackId").and_then(Value::as_str)
                     && !callback_ids.insert(id.to_owned())

@@ -54,6 +54,10 @@ pub struct Extra {
     pub close: bool,
     /// Shut down conform's writing half after sending, then read the reply.
     pub half_close: bool,
+    /// The step prepares the case in the sandbox: when it does not get what
+    /// it expects, the case is skipped as not exercised (the sandbox could
+    /// not be prepared), not failed.
+    pub setup: bool,
 }
 
 /// The dialect's own actions.
@@ -126,6 +130,16 @@ pub enum NamedCheck {
     TimeoutData,
     /// Breaks nothing: says which halves the handshake declares.
     DescribeHalves,
+    /// A -32001 to `sandbox/execute` names no limit longer than the
+    /// command's `timeout`, and names its limit when it came sooner.
+    TimeoutLimit,
+    /// A call of a declared tool by `namespace.name` is not answered as the
+    /// call of an undeclared tool (kept as `undeclared`) while its bare name
+    /// (kept as `bare`) is not.
+    FullNameKnown,
+    /// A call with a null caller is not refused as invalid params while the
+    /// same call with a root caller (kept as `rooted`) is not.
+    CallerNullAccepted,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,6 +167,10 @@ pub struct Expect {
     pub nothing_after: bool,
     #[serde(default)]
     pub checks: Vec<NamedCheck>,
+    /// Keep what came (its kind, code, message, result) as the variable of
+    /// this name, for a later check to compare with.
+    #[serde(default)]
+    pub keep: Option<String>,
 }
 
 impl Expect {
@@ -167,6 +185,7 @@ impl Expect {
             compact: false,
             nothing_after: false,
             checks: vec![],
+            keep: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The agent-socket protocol, version 2, written once: methods, halves,
 //! message shapes, error codes, limits and the real client's deadlines.
 //! Validators, the suite, the reference server and the docs derive from it;
-//! `tests` checks it against `../shared/specs/agent-socket/agent_socket.py`.
+//! `tests` checks it against the vendored `corpus/agent-socket/sources/agent_socket.py`.
 
 use crate::jsonrpc::ErrorCode;
 
@@ -83,6 +83,13 @@ pub struct Field {
     pub required: bool,
     /// `null` is allowed (pydantic: `| None`).
     pub nullable: bool,
+    /// The docstring says the field may be left out: it states a default
+    /// ("``tools`` defaults to none") or what its absence means. A
+    /// documented key without this is a SHOULD to send (`as.shape.documented`).
+    pub may_omit: bool,
+    /// What Vibe silently makes of an empty value of the field (`""`, `{}`,
+    /// blank text), where it replaces it by a default.
+    pub empty_becomes: Option<&'static str>,
 }
 
 const fn f(name: &'static str, ty: Ty, required: bool, nullable: bool) -> Field {
@@ -91,7 +98,22 @@ const fn f(name: &'static str, ty: Ty, required: bool, nullable: bool) -> Field 
         ty,
         required,
         nullable,
+        may_omit: !required,
+        empty_becomes: None,
     }
+}
+
+/// A documented field Vibe defaults but the docstring gives no default:
+/// leaving it out breaks the documented shape.
+const fn documented(mut field: Field) -> Field {
+    field.may_omit = false;
+    field
+}
+
+/// A field whose empty value Vibe replaces by `becomes`.
+const fn emptied(mut field: Field, becomes: &'static str) -> Field {
+    field.empty_becomes = Some(becomes);
+    field
 }
 
 // Requests, as `_InitializeParams`, `_ExecuteParams`, `_ReadFileParams`,
@@ -126,14 +148,31 @@ pub const TOOL_CALL_PARAMS: &[Field] = &[
 
 // Replies, as `_InitializeResult`, `_Tool`, `_ExecuteResult`,
 // `_ReadFileResult`, `_ToolCallResult`, `_ToolError` and `_ErrorBody` read them.
+// "``namespace`` defaults to ``client`` and ``modelAccess`` to
+// ``programmatic``"; `namespace = tool.namespace or DEFAULT_NAMESPACE`,
+// `dict(tool.input_schema) or {"type": "object"}`, `dict(tool.output_schema)
+// if tool.output_schema else None`.
 pub const TOOL_DEFINITION: &[Field] = &[
-    f("namespace", Ty::Str, false, false),
+    emptied(
+        f("namespace", Ty::Str, false, false),
+        "the default namespace, client",
+    ),
     f("name", Ty::Str, true, false),
-    f("description", Ty::Str, false, false),
-    f("inputSchema", Ty::Object, false, false),
-    f("outputSchema", Ty::Object, false, true),
+    documented(f("description", Ty::Str, false, false)),
+    emptied(
+        documented(f("inputSchema", Ty::Object, false, false)),
+        "{\"type\": \"object\"}",
+    ),
+    emptied(
+        documented(f("outputSchema", Ty::Object, false, true)),
+        "no output schema",
+    ),
     f("modelAccess", Ty::Enum(MODEL_ACCESS), false, false),
 ];
+// "``tools`` defaults to none", toolTimeoutSeconds "by default 600
+// seconds", workspace and python "without them"; instructions states no
+// default, and Vibe drops blank ones (`if reply.instructions and
+// reply.instructions.strip() else None`).
 pub const INITIALIZE_RESULT: &[Field] = &[
     f("protocolVersion", Ty::Int, true, false),
     f("workspace", Ty::Str, false, true),
@@ -145,7 +184,10 @@ pub const INITIALIZE_RESULT: &[Field] = &[
         false,
         true,
     ),
-    f("instructions", Ty::Str, false, true),
+    emptied(
+        documented(f("instructions", Ty::Str, false, true)),
+        "no instructions",
+    ),
 ];
 pub const EXECUTE_RESULT: &[Field] = &[
     f("exitCode", Ty::Int, true, false),
@@ -153,21 +195,53 @@ pub const EXECUTE_RESULT: &[Field] = &[
     f("stderr", Ty::Str, true, false),
 ];
 pub const READ_FILE_RESULT: &[Field] = &[f("contentBase64", Ty::Str, true, true)];
+// `result.error.code or "client_tool_failed"`.
 pub const TOOL_ERROR: &[Field] = &[
     f("message", Ty::Str, true, false),
-    f("code", Ty::Str, false, true),
-    f("details", Ty::Json, false, true),
+    emptied(
+        documented(f("code", Ty::Str, false, true)),
+        "client_tool_failed",
+    ),
+    documented(f("details", Ty::Json, false, true)),
 ];
 pub const TOOL_CALL_RESULT: &[Field] = &[
-    f("output", Ty::Json, false, true),
-    f("annotations", Ty::Object, false, false),
-    f("error", Ty::Shape(TOOL_ERROR), false, true),
+    documented(f("output", Ty::Json, false, true)),
+    documented(f("annotations", Ty::Object, false, false)),
+    documented(f("error", Ty::Shape(TOOL_ERROR), false, true)),
 ];
 pub const ERROR_BODY: &[Field] = &[
     f("code", Ty::Int, true, false),
     f("message", Ty::Str, true, false),
     f("data", Ty::Json, false, true),
 ];
+
+/// A shape as the docstring documents it, to show beside what came.
+pub fn documented_as(fields: &[Field]) -> &'static str {
+    // By their field names: a const's slice need not keep one address.
+    let same = |other: &[Field]| {
+        fields
+            .iter()
+            .map(|f| f.name)
+            .eq(other.iter().map(|f| f.name))
+    };
+    if same(INITIALIZE_RESULT) {
+        r#"{"protocolVersion": 2, "workspace": str | null, "python": str | null, "tools": [ToolDefinition], "toolTimeoutSeconds": float | null, "instructions": str | null}"#
+    } else if same(TOOL_DEFINITION) {
+        r#"{"namespace": str, "name": str, "description": str, "inputSchema": object, "outputSchema": object | null, "modelAccess": "direct" | "programmatic" | "both"}"#
+    } else if same(EXECUTE_RESULT) {
+        r#"{"exitCode": int, "stdout": str, "stderr": str}"#
+    } else if same(READ_FILE_RESULT) {
+        r#"{"contentBase64": str | null}"#
+    } else if same(TOOL_CALL_RESULT) {
+        r#"{"output": JSON, "annotations": object, "error": {"message": str, "code": str | null, "details": JSON} | null}"#
+    } else if same(TOOL_ERROR) {
+        r#"{"message": str, "code": str | null, "details": JSON}"#
+    } else if same(ERROR_BODY) {
+        r#"{"code": integer, "message": str, "data": JSON}"#
+    } else {
+        "the documented shape"
+    }
+}
 
 /// How long the real client waits for a method's reply.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -231,28 +305,26 @@ mod tests {
     //! The table against the protocol's source.
     use super::*;
 
-    fn source() -> Option<String> {
+    // The sources travel with the project (corpus/agent-socket/sources).
+    fn source() -> String {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/specs/agent-socket/agent_socket.py"
+            "/corpus/agent-socket/sources/agent_socket.py"
         );
-        std::fs::read_to_string(path).ok()
+        std::fs::read_to_string(path).expect("the vendored agent_socket.py")
     }
 
-    fn tools_source() -> Option<String> {
+    fn tools_source() -> String {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/specs/agent-socket/client_provided_tools.py"
+            "/corpus/agent-socket/sources/client_provided_tools.py"
         );
-        std::fs::read_to_string(path).ok()
+        std::fs::read_to_string(path).expect("the vendored client_provided_tools.py")
     }
 
     #[test]
     fn constants_match_the_source() {
-        let Some(src) = source() else {
-            eprintln!("skipped: ../shared/specs is not beside this checkout");
-            return;
-        };
+        let src = source();
         for needle in [
             format!("PROTOCOL_VERSION = {PROTOCOL_VERSION}"),
             format!("TIMEOUT_ERROR_CODE = {}", TIMEOUT_ERROR.0),
@@ -267,7 +339,7 @@ mod tests {
             );
         }
         assert_eq!(REPLY_LIMIT_BYTES, 64 * 1024 * 1024);
-        let tools = tools_source().expect("client_provided_tools.py");
+        let tools = tools_source();
         assert!(tools.contains(&format!(
             "CLIENT_TOOL_TIMEOUT_SECONDS = {CLIENT_TOOL_TIMEOUT_SECONDS:.1}"
         )));
@@ -278,10 +350,7 @@ mod tests {
 
     #[test]
     fn every_method_the_client_calls_is_in_the_table_and_no_other() {
-        let Some(src) = source() else {
-            eprintln!("skipped: ../shared/specs is not beside this checkout");
-            return;
-        };
+        let src = source();
         // Every `_call(path, "<method>", ...)` of the client.
         let mut called: Vec<String> = Vec::new();
         let mut rest = src.as_str();
@@ -304,10 +373,7 @@ mod tests {
 
     #[test]
     fn every_shape_field_is_a_field_of_the_source_models() {
-        let Some(src) = source() else {
-            eprintln!("skipped: ../shared/specs is not beside this checkout");
-            return;
-        };
+        let src = source();
         // The models use snake_case; the wire is camelCase.
         let snake = |camel: &str| {
             let mut s = String::new();
