@@ -1188,6 +1188,14 @@ impl CaseRun<'_> {
             .unwrap_or_else(|| "${session}".into());
         let last = texts.len();
         for (i, (blocks, rung)) in texts.into_iter().enumerate() {
+            // A later rung starts afresh, in a new session: a model is not
+            // led by the turns that went before, and what a session's
+            // several turns must obey is the business of the cases that
+            // mean to give it several. A prompt that names its session
+            // keeps it.
+            if i > 0 && prompt.session.is_none() && !self.fresh_session().await {
+                return;
+            }
             let Some(params) = self
                 .s
                 .expand(&json!({"sessionId": session, "prompt": blocks}))
@@ -1262,6 +1270,36 @@ impl CaseRun<'_> {
         }
     }
 
+    /// A new session in the workspace for the next rung of a ladder, as
+    /// `${session}`; false (the case then stops, on what was recorded) when
+    /// the agent does not give one.
+    async fn fresh_session(&mut self) -> bool {
+        let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
+        let Some(key) = self.s.request("session/new", params).await else {
+            return false;
+        };
+        match self
+            .s
+            .answer(&mut self.role, &key, "session/new", REQUEST_DEADLINE)
+            .await
+        {
+            Some(Ok(result)) => {
+                let id = result.get("sessionId").cloned().unwrap_or(Value::Null);
+                self.s.vars.set("session", id);
+                true
+            }
+            Some(Err(e)) => {
+                let why = format!(
+                    "the agent answered session/new for the next phrasing with an error: {}",
+                    matcher::brief(&e)
+                );
+                self.s.ev.skip(why, SkipKind::Outside);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Records which phrasing made the agent do what was asked.
     fn worked(&mut self, ladder: Option<&Ladder>, rung: Option<&Rung>, until: &[Trigger]) {
         let (Some(l), Some(r)) = (ladder, rung) else {
@@ -1314,7 +1352,9 @@ impl CaseRun<'_> {
             None => "the prompt".into(),
         };
         let why = self.why_no_turn().unwrap_or_else(|| {
-            format!("the agent made no {what} for {tried} ({how}), so the case cannot apply")
+            format!(
+                "for {tried}, the agent did not do what the case needs, {what} ({how}), so the case cannot apply"
+            )
         });
         self.s.ev.skip(why, SkipKind::Outside);
     }
