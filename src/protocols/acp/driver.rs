@@ -164,7 +164,13 @@ pub struct Conn {
     /// Which process of the run it is (1-based), and how many cases it served.
     number: usize,
     served: usize,
+    /// The sessions the agent gave on it so far: an update naming one of
+    /// them in a later case names a session it gave this client.
+    sessions: Vec<String>,
 }
+
+/// The most session ids a shared process's cases hand on.
+const SESSIONS_KEPT: usize = 1000;
 
 impl Conn {
     /// Ends the process.
@@ -426,6 +432,7 @@ pub async fn probe(
             initialize: init.clone(),
             number: 1,
             served: 0,
+            sessions: monitor.session_ids(),
         }),
         _ => {
             stream.close_stdin();
@@ -677,6 +684,7 @@ impl Context {
                 initialize: result,
                 number,
                 served: 0,
+                sessions: vec![],
             }),
             // A handshake that did not go well on a shared process: the
             // case runs on a fresh one, where it is seen whole.
@@ -722,6 +730,7 @@ impl Context {
                 let monitor = Monitor::resumed(
                     conn.profile.capabilities(),
                     conn.initialize.get("agentCapabilities").cloned(),
+                    &conn.sessions,
                 );
                 let shared = (conn.profile, conn.initialize, conn.number, conn.served + 1);
                 (conn.stream, Some(shared), monitor)
@@ -821,6 +830,10 @@ impl CaseRun<'_> {
             keep = self.sync().await;
         }
         let (profile, initialize, number, served) = self.shared.take().expect("a shared case");
+        let mut sessions = self.s.watch.session_ids();
+        if sessions.len() > SESSIONS_KEPT {
+            sessions.drain(..sessions.len() - SESSIONS_KEPT);
+        }
         let (ev, transcript, mut stream) = self.s.into_parts();
         if rerun.is_some() || !keep {
             stream.close_stdin();
@@ -843,6 +856,7 @@ impl CaseRun<'_> {
             initialize,
             number,
             served,
+            sessions,
         });
         (result, back, None)
     }

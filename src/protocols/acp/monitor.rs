@@ -231,13 +231,26 @@ impl Monitor {
 
     /// The view of a connection that shook hands before the case: the
     /// client advertised `client_capabilities`, the agent answered
-    /// `agent_capabilities`.
-    pub fn resumed(client_capabilities: Value, agent_capabilities: Option<Value>) -> Monitor {
+    /// `agent_capabilities`, and gave the sessions `sessions` (idle).
+    pub fn resumed(
+        client_capabilities: Value,
+        agent_capabilities: Option<Value>,
+        sessions: &[String],
+    ) -> Monitor {
         Monitor {
             client_capabilities,
             agent_capabilities: Some(agent_capabilities.unwrap_or(Value::Object(Map::new()))),
+            sessions: sessions
+                .iter()
+                .map(|s| (s.clone(), SessionState::Idle))
+                .collect(),
             ..Monitor::default()
         }
+    }
+
+    /// Every session the connection knows of so far.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions.keys().cloned().collect()
     }
 
     /// The agent's capabilities from its `initialize` result, once known.
