@@ -317,6 +317,19 @@ fn outside_protocol(method: &str, error: &Value) -> Option<String> {
             "the prompt failed outside the protocol ({method} answered {code}: {message})"
         ));
     }
+    // A mode or option the agent offers but will not switch to for a
+    // reason of its own (gemini-cli: "Cannot enable privileged approval
+    // modes in an untrusted folder"): not the protocol's business.
+    if matches!(method, "session/set_mode" | "session/set_config_option") && (code == -32603 || own)
+    {
+        let data = error
+            .get("data")
+            .map(|d| format!(" {d}"))
+            .unwrap_or_default();
+        return Some(format!(
+            "the agent would not make the change, for a reason outside the protocol ({method} answered {code}: {message}{data})"
+        ));
+    }
     None
 }
 
@@ -1694,6 +1707,7 @@ impl CaseRun<'_> {
                 ));
             }
         }
+        let mut saw = false;
         for check in &expect.checks {
             let verdict = super::checks::run(
                 *check,
@@ -1713,9 +1727,15 @@ impl CaseRun<'_> {
                     .into_iter()
                     .map(|e| Finding::new(None, Kind::Rule, e)),
             );
+            saw |= !verdict.seen.is_empty();
             self.s.ev.notes.extend(verdict.seen);
         }
         self.s.conclude(method, answer, found);
+        // A check that says what it saw says it for the case: the answers
+        // of its steps (which hold what varies, times and ids) are left out.
+        if saw {
+            self.s.ev.observations.clear();
+        }
     }
 
     /// Why a turn the case waits on is over already, when it ended with an
@@ -1844,6 +1864,104 @@ mod tests {
         assert!(r.message.contains("bound of 60s"), "{}", r.message);
     }
 
+    /// An agent whose fake model reads only the English of the read
+    /// ladder's second phrasing ("... in the current directory ...").
+    #[derive(Default)]
+    struct Picky {
+        sessions: usize,
+        turn: Option<Value>,
+    }
+
+    impl crate::transport::serve::Served for Picky {
+        fn codec(&self) -> Codec {
+            Codec::Lines { limit: 1 << 20 }
+        }
+
+        fn handle(
+            &mut self,
+            line: &[u8],
+            _: std::time::Instant,
+        ) -> Vec<crate::transport::serve::Out> {
+            let m: Value = serde_json::from_slice(line).unwrap_or_default();
+            let id = m["id"].clone();
+            let answer = |r: Value| json!({"jsonrpc": "2.0", "id": id, "result": r});
+            let out = match m["method"].as_str() {
+                Some("initialize") => vec![answer(json!({"protocolVersion": 1}))],
+                Some("session/new") => {
+                    self.sessions += 1;
+                    vec![answer(json!({"sessionId": format!("s{}", self.sessions)}))]
+                }
+                Some("session/prompt") => {
+                    let text = m.pointer("/params/prompt/0/text").and_then(Value::as_str);
+                    if text.is_some_and(|t| t.contains("in the current directory")) {
+                        self.turn = Some(id.clone());
+                        let path = format!("{}/notes.txt", "/tmp");
+                        vec![json!({"jsonrpc": "2.0", "id": 90, "method": "fs/read_text_file",
+                            "params": {"sessionId": m["params"]["sessionId"], "path": path}})]
+                    } else {
+                        vec![answer(json!({"stopReason": "end_turn"}))]
+                    }
+                }
+                None if m.get("result").is_some() || m.get("error").is_some() => self
+                    .turn
+                    .take()
+                    .map(|t| json!({"jsonrpc": "2.0", "id": t, "result": {"stopReason": "end_turn"}}))
+                    .into_iter()
+                    .collect(),
+                _ if !id.is_null() => vec![json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32601, "message": "no"}})],
+                _ => vec![],
+            };
+            out.into_iter()
+                .map(crate::transport::serve::Out::Message)
+                .collect()
+        }
+
+        fn refused(
+            &mut self,
+            _: &crate::wire::Refused,
+            _: std::time::Instant,
+        ) -> (
+            Vec<crate::transport::serve::Out>,
+            crate::transport::serve::AfterRefusal,
+        ) {
+            (vec![], crate::transport::serve::AfterRefusal::Go)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_directive_climbs_its_ladder_and_says_which_phrasing_worked() {
+        const READ: &str = r#"{"id":"t/read","title":"a read","level":"MUST","requirements":["acp.fs.check-capability"],
+            "steps":[{"prompt":{"directive":"read ${workspace}/notes.txt"},"expect":{"reply":"result"}}]}"#;
+        let launcher = memory(Picky::default, |_| true);
+        let (probe, _) = probe(&launcher, Duration::from_secs(10)).await.unwrap();
+        let ctx = Context::new(
+            launcher,
+            false,
+            probe,
+            Duration::from_secs(10),
+            Book::builtin().unwrap(),
+            true,
+        );
+        let case = crate::case::parse_cases::<super::super::AgentCases>("test", READ)
+            .unwrap()
+            .remove(0);
+        let r = ctx.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+        assert!(r.message.contains("phrasing 2 of 3"), "{}", r.message);
+        let rungs = ctx.rungs.lock().unwrap().clone();
+        assert_eq!(rungs.get(&("read".to_owned(), 2, false)), Some(&1));
+        // An agent that reads no phrasing makes the case skip, never fail.
+        const PLAN: &str = r#"{"id":"t/plan","title":"a plan","level":"MUST","requirements":["acp.plan.report"],
+            "steps":[{"prompt":{"directive":"plan"},"expect":{"reply":"result"}}]}"#;
+        let case = crate::case::parse_cases::<super::super::AgentCases>("test", PLAN)
+            .unwrap()
+            .remove(0);
+        let r = ctx.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
+        assert!(r.message.contains("3 phrasings of `plan`"), "{}", r.message);
+    }
+
     #[test]
     fn auth_and_model_failures_are_outside_the_protocol() {
         let auth = json!({"code": -32000, "message": "Authentication required"});
@@ -1853,6 +1971,8 @@ mod tests {
         assert!(outside_protocol("session/new", &internal).is_none());
         let invalid = json!({"code": -32602, "message": "bad"});
         assert!(outside_protocol("session/prompt", &invalid).is_none());
+        assert!(outside_protocol("session/set_mode", &invalid).is_none());
+        assert!(outside_protocol("session/set_mode", &internal).is_some());
     }
 
     #[test]
