@@ -350,3 +350,52 @@ fn the_independent_agent_passes_every_case_and_is_certified() {
     }
     assert_eq!(passed, musts);
 }
+
+#[test]
+fn prompts_from_a_file_come_first_and_a_bad_file_is_a_usage_error() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the independent agent needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("prompts.json");
+    // The agent's slash command (its README's prompt table): not a phrasing
+    // conform's book has.
+    std::fs::write(
+        &good,
+        r#"{"prompts": [{"directive": "read", "text": "/read ${path}"}]}"#,
+    )
+    .unwrap();
+    let good = good.display().to_string();
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &agent(""),
+        &[
+            "--filter",
+            "acp/fs/read-advertised",
+            "--prompts",
+            &good,
+            "--startup-timeout",
+            "30",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}\n{}", support::outcome_text(&report));
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("`read` phrasing 1 (--prompts) in 1 case(s)"),
+        "{notes}"
+    );
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"prompts": [{"directive": "fly", "text": "go"}]}"#).unwrap();
+    let out = support::conform()
+        .args(["run", "--protocol", "acp", "--prompts"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no directive \"fly\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
