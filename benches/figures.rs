@@ -365,7 +365,9 @@ fn main() {
 /// at once and behind `sleep 2`, with shared processes and `--isolate`;
 /// wall seconds and the agent processes the run says it started.
 fn slow_start(bin: &Path) {
-    println!("\n5. ACP suite against a slow-starting agent (default -j; wall seconds, agent processes)");
+    println!(
+        "\n5. ACP suite against a slow-starting agent (default -j; wall seconds, agent processes)"
+    );
     let agent = format!(
         "{} reference --protocol acp",
         conform::matcher::shell_quote(&bin.display().to_string())
