@@ -931,6 +931,26 @@ impl CaseRun<'_> {
                 return;
             };
             let startup = self.ctx.startup;
+            // The agent answered the probe's initialize: one that is only
+            // slow to start this time (a loaded machine) is conform's bound
+            // (--startup-timeout), not the agent's breach. One that dies is.
+            let k = key.clone();
+            self.s
+                .pump(&mut self.role, Instant::now() + startup, &|s| {
+                    s.answers.contains_key(&k) || s.closed
+                })
+                .await;
+            if !self.s.answers.contains_key(&key) && !self.s.closed && self.s.ev.error.is_none() {
+                self.s.stalled = true;
+                self.s.ev.skip(
+                    format!(
+                        "set-up: the agent did not answer initialize within the start-up bound of {:.0}s (--startup-timeout), though it answered the probe's",
+                        startup.as_secs_f64()
+                    ),
+                    SkipKind::Outside,
+                );
+                return;
+            }
             match self
                 .s
                 .answer(&mut self.role, &key, "initialize", startup)
