@@ -931,24 +931,7 @@ impl CaseRun<'_> {
                 return;
             };
             let startup = self.ctx.startup;
-            // The agent answered the probe's initialize: one that is only
-            // slow to start this time (a loaded machine) is conform's bound
-            // (--startup-timeout), not the agent's breach. One that dies is.
-            let k = key.clone();
-            self.s
-                .pump(&mut self.role, Instant::now() + startup, &|s| {
-                    s.answers.contains_key(&k) || s.closed
-                })
-                .await;
-            if !self.s.answers.contains_key(&key) && !self.s.closed && self.s.ev.error.is_none() {
-                self.s.stalled = true;
-                self.s.ev.skip(
-                    format!(
-                        "set-up: the agent did not answer initialize within the start-up bound of {:.0}s (--startup-timeout), though it answered the probe's",
-                        startup.as_secs_f64()
-                    ),
-                    SkipKind::Outside,
-                );
+            if !self.started_in_time(&key, startup).await {
                 return;
             }
             match self
@@ -990,6 +973,32 @@ impl CaseRun<'_> {
             },
             None => {}
         }
+    }
+
+    /// Waits for the answer to a fresh process's `initialize`. The agent
+    /// answered the probe's: one that is only slow to start this time (a
+    /// loaded machine) is conform's bound (--startup-timeout), not the
+    /// agent's breach, so the case is skipped naming it. One that dies, or
+    /// whose answer comes, goes on to be judged.
+    async fn started_in_time(&mut self, key: &str, startup: Duration) -> bool {
+        let k = key.to_owned();
+        self.s
+            .pump(&mut self.role, Instant::now() + startup, &|s| {
+                s.answers.contains_key(&k) || s.closed
+            })
+            .await;
+        if self.s.answers.contains_key(key) || self.s.closed || self.s.ev.error.is_some() {
+            return true;
+        }
+        self.s.stalled = true;
+        self.s.ev.skip(
+            format!(
+                "the agent did not answer initialize within the start-up bound of {:.0}s (--startup-timeout), though it answered the probe's",
+                startup.as_secs_f64()
+            ),
+            SkipKind::Outside,
+        );
+        false
     }
 
     /// A set-up step the agent answered with an error: the case that checks
@@ -1597,6 +1606,12 @@ impl CaseRun<'_> {
             return;
         }
         let within = step.deadline_or(default);
+        if method == "initialize"
+            && self.shared.is_none()
+            && !self.started_in_time(&key, within).await
+        {
+            return;
+        }
         let answer = if method == "session/prompt" {
             match self.await_turn(&key, method, within).await {
                 TurnEnd::Answered(a) => Some(a),
