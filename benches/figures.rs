@@ -7,7 +7,11 @@
 //! 2. suite time: each default suite against its builtin reference, `-j 1`
 //!    and the default `-j`;
 //! 3. fuzz throughput: inputs a second of `conform fuzz` per protocol;
-//! 4. memory: peak resident memory of each full run (`/usr/bin/time -v`).
+//! 4. memory: peak resident memory of each full run (`/usr/bin/time -v`);
+//! 5. a slow-starting agent: the ACP suite against the builtin agent behind
+//!    an added 2 s start-up delay, beside the same without it, with the
+//!    processes shared by the cases that need only a fresh session (the
+//!    default) and with `--isolate` (`-- slow` measures this one alone).
 //!
 //! Run: `cargo bench --bench figures` (it builds the release binary first).
 //! Rounds interleave conform and the raw client so the machine's load falls
@@ -176,15 +180,16 @@ async fn acp_overhead(bin: &Path, n: usize, rounds: usize) -> (f64, f64) {
         conform::matcher::shell_quote(&bin.display().to_string())
     );
     let launcher = conform::transport::stdio::Launcher::Command(command.clone());
-    let probe = acp::driver::probe(&launcher, Duration::from_secs(10))
+    let (probe, first) = acp::driver::probe(&launcher, Duration::from_secs(10))
         .await
         .expect("the builtin agent answers");
-    let ctx = acp::driver::Context {
-        launcher,
-        strict: false,
-        probe,
-        startup: Duration::from_secs(10),
-    };
+    if let Some(c) = first {
+        c.close().await;
+    }
+    let book = acp::prompts::Book::builtin().expect("the prompt book");
+    // A fresh agent for each case, as the case measured needs.
+    let ctx =
+        acp::driver::Context::new(launcher, false, probe, Duration::from_secs(10), book, true);
     let step = r#"{"send":{"method":"session/new","params":{"cwd":"${workspace}","mcpServers":[]}},"expect":{"result":{"sessionId":{"$type":"string"}}}}"#;
     let steps = vec![step; n].join(",");
     let case: Case<acp::AgentCases> = one_case(&format!(
@@ -235,6 +240,11 @@ fn main() {
     // one thread, to count instructions under `valgrind --tool=callgrind`.
     let args: Vec<String> = std::env::args().collect();
     let only_overhead = args.iter().any(|a| a == "overhead");
+    if args.iter().any(|a| a == "slow") {
+        println!("machine: {}", machine());
+        slow_start(&binary());
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "callgrind") {
         let side = args.get(i + 1).map_or("ours", String::as_str);
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -348,4 +358,63 @@ fn main() {
         }
     }
     println!("   hostile targets: see tests/hostile.rs (each asserts under 128 MiB)");
+    slow_start(&bin);
+}
+
+/// Figure 5: the ACP suite (default `-j`) against the builtin agent started
+/// at once and behind `sleep 2`, with shared processes and `--isolate`;
+/// wall seconds and the agent processes the run says it started.
+fn slow_start(bin: &Path) {
+    println!(
+        "\n5. ACP suite against a slow-starting agent (default -j; wall seconds, agent processes)"
+    );
+    let agent = format!(
+        "{} reference --protocol acp",
+        conform::matcher::shell_quote(&bin.display().to_string())
+    );
+    let report = std::env::temp_dir().join(format!("conform-bench-{}.json", std::process::id()));
+    for (label, delay) in [("no delay", ""), ("2 s start-up", "sleep 2; ")] {
+        for isolate in [false, true] {
+            let target = format!("exec:{delay}exec {agent}");
+            let mut args = vec![
+                "run",
+                "--protocol",
+                "acp",
+                "--target",
+                &target,
+                "--startup-timeout",
+                "30",
+                "--format",
+                "json",
+                "--output",
+            ];
+            let out = report.display().to_string();
+            args.push(&out);
+            if isolate {
+                args.push("--isolate");
+            }
+            let (secs, _, _) = timed(bin, &args);
+            let json: serde_json::Value = std::fs::read(&report)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            let started = json["notes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str())
+                .find_map(|n| n.strip_prefix("the run started "))
+                .and_then(|n| n.split(' ').next())
+                .unwrap_or("?")
+                .to_owned();
+            let summary = &json["summary"];
+            println!(
+                "   {label:<13} {:<9} {secs:>6.1} s, {started:>3} processes, {} passed of {}",
+                if isolate { "--isolate" } else { "shared" },
+                summary["passed"],
+                summary["total"]
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&report);
 }

@@ -127,6 +127,12 @@ pub struct RunArgs {
     /// with its verdict and evidence, the waivers, and the verdict.
     #[arg(long, value_name = "DIR")]
     pub certify: Option<PathBuf>,
+    /// Prompt phrasings your agent's model understands (JSON), tried first.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// A fresh target process for every case (none shared).
+    #[arg(long)]
+    pub isolate: bool,
 }
 
 #[derive(Debug, Args)]
@@ -242,13 +248,8 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
 }
 
 fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
-    if secs > 0.0 && secs <= max {
-        Ok(secs)
-    } else {
-        Err(RunError::Usage(format!(
-            "{name} is between 0 and {max} seconds"
-        )))
-    }
+    let why = || RunError::Usage(format!("{name} is between 0 and {max} seconds"));
+    (secs > 0.0 && secs <= max).then_some(secs).ok_or_else(why)
 }
 
 async fn run(args: RunArgs) -> Result<i32, RunError> {
@@ -277,6 +278,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             startup_timeout: Duration::from_secs_f64(startup),
             tier: args.tier,
             extension: args.extension.clone(),
+            prompts: args.prompts.clone(),
+            isolate: args.isolate,
         };
         let Some(mut report) =
             run_target(&args, suite, &options, &extra, &mut progress, &label).await?

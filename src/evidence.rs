@@ -150,6 +150,9 @@ pub struct Evidence {
     /// What the target did, as one sentence: the last line of every
     /// message but a pass's.
     pub summary: Option<String>,
+    /// Requirements whose triggering behaviour the case observed: they
+    /// count as exercised whatever the case's outcome.
+    pub exercised: std::collections::BTreeSet<String>,
 }
 
 impl Evidence {
@@ -232,6 +235,7 @@ pub fn grade(level: Level, evidence: Evidence, catalogue: &Catalogue, strict: bo
         error,
         appendix,
         summary,
+        exercised: _,
     } = evidence;
     if let Some(e) = error {
         return Graded {

@@ -196,6 +196,10 @@ pub struct CaseResult {
     pub findings: Vec<crate::evidence::Finding>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub transcript: Vec<TranscriptEntry>,
+    /// Requirements whose triggering behaviour the case observed (a tool
+    /// call, a rejected permission...): exercised, whatever the outcome.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exercised: Vec<String>,
 }
 
 impl CaseResult {
@@ -222,6 +226,7 @@ impl CaseResult {
             skip_kind: None,
             findings: vec![],
             transcript: vec![],
+            exercised: vec![],
         }
     }
 
@@ -233,8 +238,10 @@ impl CaseResult {
         started: tokio::time::Instant,
         transcript: Vec<TranscriptEntry>,
     ) -> CaseResult {
+        let exercised = evidence.exercised.iter().cloned().collect();
         let g = crate::evidence::grade(case.level, evidence, D::PROTOCOL.catalogue(), strict);
         CaseResult {
+            exercised,
             outcome: g.outcome,
             message: g.message,
             skip_kind: g.skip_kind,
@@ -485,7 +492,13 @@ impl RunReport {
     pub fn exercise_of(&self, id: &str, watched: &[&str]) -> Option<Exercise> {
         let cases: Vec<&CaseResult> = self.cases.iter().filter(|c| c.touches(id)).collect();
         let any_ran = self.cases.iter().any(|c| c.outcome != Outcome::Skip);
-        (!cases.is_empty()).then(|| exercise(&cases, any_ran && watched.contains(&id)))
+        // A behaviour that triggers the requirement, observed in any case.
+        let observed = self
+            .cases
+            .iter()
+            .any(|c| c.exercised.iter().any(|e| e == id));
+        (!cases.is_empty())
+            .then(|| exercise(&cases, observed || (any_ran && watched.contains(&id))))
     }
 
     /// Finds the MUST requirements of the role whose selected cases were all

@@ -180,6 +180,10 @@ pub struct RunOptions {
     pub tier: cwx::table::Tier,
     /// cwx: an extension the host can load, for the cases that need one.
     pub extension: Option<cwx::driver::Extension>,
+    /// acp: the user's prompt phrasings, tried before conform's own.
+    pub prompts: Option<PathBuf>,
+    /// A fresh target process for every case, none shared.
+    pub isolate: bool,
 }
 
 impl RunOptions {

@@ -50,6 +50,8 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     (
         "fs-ignores-capabilities",
         &[
+            "fs/no-read-fs-empty",
+            "fs/no-read-when-false",
             "fs/no-read-with-write-only",
             "fs/no-read-without-capability",
             "fs/no-write-with-read-only",
@@ -67,20 +69,30 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     ("load-replay-after-response", &["load/replay"], &[]),
     ("load-unsupported", &["load/replay"], &[]),
+    // Survival is a MUST: an agent that exits after a malformed line
+    // leaves every later request unanswered.
     (
         "malformed-exit",
-        &[],
         &[
             "jsonrpc/parse-error-survived",
             "jsonrpc/invalid-utf8-survived",
         ],
+        &[],
     ),
-    ("no-permission-wait", &["cancel/during-permission"], &[]),
+    // It asks, then completes the tool without waiting: a rejection comes
+    // too late, and the rejected edit ran.
+    (
+        "no-permission-wait",
+        &["cancel/during-permission", "permission/rejected"],
+        &[],
+    ),
     (
         "relative-path",
         &[
             "cancel/during-fs-read",
             "fs/read-advertised",
+            "fs/read-from-line",
+            "fs/read-relative",
             "fs/write-advertised",
             "terminal/released",
         ],
@@ -89,11 +101,22 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ("same-session-id", &["session/ids-unique"], &[]),
     (
         "tool-call-no-title",
+        // Every case whose turn has a tool call: the permission flows, and
+        // the tools the fixture reports failed for want of a capability.
         &[
             "cancel/during-permission",
+            "fs/no-read-fs-empty",
+            "fs/no-read-when-false",
+            "fs/no-read-with-write-only",
+            "fs/no-read-without-capability",
+            "fs/no-write-with-read-only",
+            "init/omitted-capabilities",
+            "mode/set-during-turn",
             "permission/allowed",
             "permission/rejected",
             "prompt/tool-in-progress",
+            "terminal/no-call-without-capability",
+            "tool/ids-unique",
         ],
         &[],
     ),
@@ -113,10 +136,15 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
 /// model, which `bad-stop-reason` replaces and after which
 /// `update-after-response` sends one more update.
 const NORMAL_TURNS: &[&str] = &[
+    "ext/result-root-fields",
+    "fs/no-read-fs-empty",
+    "fs/no-read-when-false",
     "fs/no-read-with-write-only",
     "fs/no-read-without-capability",
     "fs/no-write-with-read-only",
     "fs/read-advertised",
+    "fs/read-from-line",
+    "fs/read-relative",
     "fs/write-advertised",
     "init/omitted-capabilities",
     "load/replay",
@@ -130,6 +158,7 @@ const NORMAL_TURNS: &[&str] = &[
     "session/updates-name-the-session",
     "terminal/no-call-without-capability",
     "terminal/released",
+    "tool/ids-unique",
     "transport/stdout-only",
 ];
 
@@ -138,10 +167,15 @@ const NORMAL_TURNS: &[&str] = &[
 /// the permission flow, mode changes and the load replay).
 const TURNS_WITH_UPDATES: &[&str] = &[
     "cancel/during-permission",
+    "ext/result-root-fields",
+    "fs/no-read-fs-empty",
+    "fs/no-read-when-false",
     "fs/no-read-with-write-only",
     "fs/no-read-without-capability",
     "fs/no-write-with-read-only",
     "fs/read-advertised",
+    "fs/read-from-line",
+    "fs/read-relative",
     "fs/write-advertised",
     "init/omitted-capabilities",
     "load/replay",
@@ -157,6 +191,7 @@ const TURNS_WITH_UPDATES: &[&str] = &[
     "session/updates-name-the-session",
     "terminal/no-call-without-capability",
     "terminal/released",
+    "tool/ids-unique",
     "transport/stdout-only",
 ];
 
@@ -210,12 +245,23 @@ fn skipped_count(offers: &[&str]) -> usize {
     all - applicable(None, offers).len()
 }
 
+/// Whether case `id` does its own handshake (set-up `none`).
+fn handshake_case(id: &str) -> bool {
+    conform::case::load::<conform::protocols::acp::AgentCases>(&[])
+        .unwrap()
+        .iter()
+        .any(|c| c.id == id && c.config.setup == conform::protocols::acp::steps::Setup::None)
+}
+
 fn double(name: &str, args: &str, fail: BTreeSet<String>, warn: BTreeSet<String>) -> Double {
     Double {
         name: name.into(),
         protocol: "acp",
         target: fixture(args),
-        extra: vec![],
+        // A loaded machine (CI runs the doubles six at a time) can take
+        // seconds to start a Python agent: conform's start-up bound is
+        // raised so a slow start is never a failure.
+        extra: vec!["--startup-timeout".into(), "30".into()],
         fail,
         warn,
         skipped: None,
@@ -273,18 +319,29 @@ fn every_broken_agent_fails_exactly_its_cases_and_every_variation_passes() {
         } else {
             FIXTURE_OFFERS
         };
-        let fail: BTreeSet<String> = applicable(*filter, offers)
+        let mut fail: BTreeSet<String> = applicable(*filter, offers)
             .difference(&ids(spared))
             .cloned()
             .collect();
+        // No initialize answer conform can read: the handshake cases fail,
+        // and the cases that build on a handshake are skipped, naming
+        // acp/init/version-1, rather than failed for it again.
+        let unreadable = *name == "pretty-json";
+        if unreadable {
+            fail.retain(|id| handshake_case(id));
+        }
         let mut d = double(
             &format!("acp-deviation-{name}"),
             &format!("--deviation {name}"),
             fail,
             BTreeSet::new(),
         );
+        if unreadable {
+            // Every answer it writes is waited for to the bound: the default.
+            d.extra.clear();
+        }
         if let Some(f) = filter {
-            d.extra = vec!["--filter".into(), (*f).into()];
+            d.extra.extend(["--filter".into(), (*f).into()]);
         }
         doubles.push(d);
     }

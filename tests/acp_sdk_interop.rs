@@ -13,7 +13,13 @@ mod support;
 use std::collections::BTreeSet;
 
 /// Cases the SDK-built agent fails, each a deviation of the SDK itself.
-const SDK_DEVIATIONS: &[(&str, &str)] = &[];
+const SDK_DEVIATIONS: &[(&str, &str)] = &[(
+    "acp/jsonrpc/invalid-utf8-survived",
+    "a line that is not UTF-8 ends the SDK's connection (its stdio transport reads lines as \
+     UTF-8 text), so every later request goes unanswered: JSON-RPC 2.0's 'When a rpc call is \
+     made, the Server MUST reply with a Response' (survival is a MUST since issue 17; it was a \
+     warning before)",
+)];
 
 fn main() {
     if std::env::var_os("CONFORM_SDK_AGENT").is_some() {

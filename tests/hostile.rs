@@ -574,7 +574,9 @@ fn endless_output_without_a_newline_is_cut_at_the_limit() {
         both_ends(
             "endless",
             (1, &["grew past the 67108864-byte limit"]),
-            (2, &["the agent wrote a line over 67108864 bytes"]),
+            // It wrote, but nothing readable: a report, the case failed
+            // for it (its handshake case is not in the run).
+            (1, &["the agent wrote a line over 67108864 bytes"]),
             (1, &["over conform's 67108864-byte limit"]),
             (1, &["a frame's payload is not JSON"]),
         ),
@@ -593,7 +595,7 @@ fn a_huge_line_or_a_4_gib_frame_header_is_refused_before_it_is_buffered() {
         both_ends(
             "huge",
             (1, &["grew past the 67108864-byte limit"]),
-            (2, &["the agent wrote a line over 67108864 bytes"]),
+            (1, &["the agent wrote a line over 67108864 bytes"]),
             (1, &["over conform's 67108864-byte limit"]),
             (
                 1,
@@ -645,7 +647,7 @@ fn a_message_cut_off_by_a_close_fails_the_case() {
             &["the target closed the connection after 12 bytes with no newline"],
         ),
         (
-            2,
+            1,
             &["the agent closed its stdout before answering initialize"],
         ),
         (

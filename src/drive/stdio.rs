@@ -72,6 +72,16 @@ pub trait Watch: Send {
     }
     /// The rules broken so far, each naming its requirement.
     fn findings(&self) -> Vec<Finding>;
+    /// Requirements whose triggering behaviour the exchange showed (each
+    /// then counts as exercised by the case).
+    fn exercised(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The requirement an unanswered request breaks, where the protocol
+    /// has one; `None` leaves it the case's own finding.
+    fn unanswered_rule(&self) -> Option<&'static str> {
+        None
+    }
     /// What the watch kept only in part, for a failing case's message.
     fn kept_note(&self) -> Option<String>;
 }
@@ -345,11 +355,13 @@ impl<W: Watch> Session<W> {
         } else {
             format!("nothing within {:.0}s", within.as_secs_f64())
         };
+        let rule = self.watch.unanswered_rule();
         self.ev
-            .fail(
+            .push(Finding::new(
+                rule,
                 Kind::Missing,
                 format!("expected an answer to {what}, got {why}"),
-            )
+            ))
             .seen(format!("an answer to {what}"), why);
         self.stalled = true;
         None
@@ -563,6 +575,15 @@ impl<W: Watch> Session<W> {
         )
     }
 
+    /// Ends the case but not the target, whose stream goes on to serve
+    /// another case: the evidence (with the target's stderr when its stdout
+    /// closed), the transcript, and the stream.
+    pub fn into_parts(mut self) -> (Evidence, Transcript, LineStream) {
+        let closed = self.closed;
+        let ev = self.evidence(closed);
+        (ev, self.transcript, self.stream)
+    }
+
     /// The case's evidence: what its steps found, every rule the watch saw
     /// broken, what the watch kept only in part, and the target's stderr
     /// when it ended by itself.
@@ -571,6 +592,7 @@ impl<W: Watch> Session<W> {
         for f in self.watch.findings() {
             ev.push(f);
         }
+        ev.exercised.extend(self.watch.exercised());
         ev.appendix.extend(self.watch.kept_note());
         if ended_early {
             let stderr = self.stream.process.stderr_tail();

@@ -166,6 +166,7 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
         skip_kind: None,
         findings: vec![],
         transcript: vec![],
+        exercised: vec![],
     }
 }
 

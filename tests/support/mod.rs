@@ -256,6 +256,13 @@ fn report_settings() -> insta::Settings {
     // ACP: session ids of the fixture, the reference and the SDK agent; the
     // fixture's stderr log lines.
     settings.add_filter(r"sess-[0-9a-f]{32}", "sess-[id]");
+    settings.add_filter(r"sess_[0-9a-f]{32}", "sess_[id]");
+    // How many agent processes a run starts depends on which shared one is
+    // idle when a case needs it: on scheduling.
+    settings.add_filter(
+        r"the run started \d+ agent process\(es\)(, \d+ of them to rerun a case[^\n<\x22]*)?",
+        "the run started [n] agent process(es)",
+    );
     settings.add_filter(r"(ref|sdk)-\d+-\d+", "$1-[id]");
     settings.add_filter(r"acp-fixture: [^\n]*", "acp-fixture: [log]");
     // How much the agent logged before it died depends on timing.

@@ -1,23 +1,36 @@
-//! conform playing the editor: one fresh agent process per case over the
-//! shared stdio session (`drive::stdio`), the monitor watching every line
-//! the agent writes, the editor answering its requests, and the case's
-//! steps. The checks live in `monitor` (every line) and here (what a step
+//! conform playing the editor over the shared stdio session
+//! (`drive::stdio`): the monitor watching every line the agent writes, the
+//! editor answering its requests, and the case's steps. The checks live in
+//! `monitor` (every line), `checks` (named checks) and here (what a step
 //! expects).
+//!
+//! Agent processes: a case that needs only a fresh session runs on an agent
+//! process it shares, one case after another, with others of the same
+//! client profile (`pool`); a case that disturbs the process (its own
+//! handshake, raw bytes, stdin closed, a disruptive phase) and every case
+//! under `--isolate` gets a fresh one. When a shared process dies or stops
+//! answering during a case, the case is rerun on a fresh process before it
+//! can fail, so one crash cannot cascade.
 
 use super::editor::Editor;
 use super::monitor::{Incoming, Monitor};
-use super::steps::{Config, Expect, NamedCheck, Need, Own, Permission, Prompt, Setup, Step};
+use super::prompts::{Book, Ladder, Rung, Trigger};
+use super::steps::{Config, Expect, Need, Own, Permission, Profile, Prompt, Setup, Step};
 use super::table;
-use crate::case::Case;
+use crate::case::{Case, Phase};
 use crate::drive::stdio::{AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
-use crate::matcher::{self, truncate};
-use crate::outcome::{CaseResult, SkipKind};
+use crate::matcher;
+use crate::outcome::{CaseResult, Direction, SkipKind};
 use crate::step::{Action, ReplyRule, StdioExpect};
 use crate::transport::process;
 use crate::transport::stdio::{Launcher, LineStream, StreamEvent};
 use crate::wire::Codec;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -30,17 +43,29 @@ const PROBE: ProbeRequest = ProbeRequest {
     still: "the agent still answers requests",
     within: REQUEST_DEADLINE,
 };
-/// A prompt turn with conform's fake-model script is quick; a real model is not.
-const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
+/// conform's bound on a prompt turn. The sources set none; a turn that
+/// outlives it is conform's limit, not the agent's breach.
+pub const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a step waits for the agent to make a request it expects.
 const WAIT_FOR_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a turn must still run to count as a long one (`running`).
+const SETTLE: Duration = Duration::from_millis(500);
 /// How long the agent has to exit after its stdin closes, at the end of a case.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a shared process has to answer conform's sync at the end of a
+/// case before it is given up (a request for an unknown method).
+const SYNC_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The cases that report a failed handshake or session/new: the others
+/// whose set-up fails for it name them and are not failed again.
+const HANDSHAKE_CASE: &str = "acp/init/version-1";
+const SESSION_CASE: &str = "acp/session/new";
 
 /// What conform learned about the agent before the cases ran.
 #[derive(Debug, Clone)]
 pub struct Probe {
-    pub initialize: Option<Value>,
+    /// The `initialize` result, or why there is none.
+    pub initialize: Result<Value, String>,
     /// `agentCapabilities` (empty object when absent).
     pub capabilities: Value,
     /// The `session/new` result, or why there is none.
@@ -72,6 +97,7 @@ impl Probe {
                 Need::AuthMethods => self
                     .initialize
                     .as_ref()
+                    .ok()
                     .and_then(|i| i.get("authMethods"))
                     .and_then(Value::as_array)
                     .is_some_and(|m| !m.is_empty()),
@@ -107,6 +133,52 @@ impl Probe {
         }
         None
     }
+
+    /// Why a case whose set-up goes as far as `setup` cannot stand on it
+    /// (the set-up failed before the run already), and the case that checks
+    /// what failed, if a case does (an agent that cannot create a session
+    /// for want of credentials is outside the protocol: none does).
+    pub fn setup_blocked(&self, setup: Setup) -> Option<(String, Option<&'static str>)> {
+        if setup == Setup::None {
+            return None;
+        }
+        if let Err(why) = &self.initialize {
+            return Some((format!("set-up: {why}"), Some(HANDSHAKE_CASE)));
+        }
+        match (&self.session, setup) {
+            (Err(why), Setup::Session) => {
+                let blamed = why.starts_with("set-up:").then_some(SESSION_CASE);
+                Some((why.clone(), blamed))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An agent process kept for the cases that need only a fresh session.
+pub struct Conn {
+    stream: LineStream,
+    profile: Profile,
+    /// Its `initialize` result.
+    initialize: Value,
+    /// Which process of the run it is (1-based), and how many cases it served.
+    number: usize,
+    served: usize,
+    /// The sessions the agent gave on it so far: an update naming one of
+    /// them in a later case names a session it gave this client.
+    sessions: Vec<String>,
+}
+
+/// The most session ids a shared process's cases hand on.
+const SESSIONS_KEPT: usize = 1000;
+
+impl Conn {
+    /// Ends the process.
+    pub async fn close(mut self) {
+        self.stream.close_stdin();
+        let _ = self.stream.process.wait_for_exit(EXIT_GRACE).await;
+        let _ = self.stream.process.shutdown(process::TERM_GRACE).await;
+    }
 }
 
 /// What every case of a run shares.
@@ -116,6 +188,106 @@ pub struct Context {
     pub strict: bool,
     pub probe: Probe,
     pub startup: Duration,
+    /// The prompt book, with the user's `--prompts` in front.
+    pub book: Book,
+    /// A fresh process for every case (`--isolate`).
+    pub isolate: bool,
+    /// Idle shared processes.
+    pub pool: Mutex<Vec<Conn>>,
+    /// Agent processes started, the probe's included; and of them, those
+    /// started to rerun a case a shared process failed.
+    pub started: AtomicUsize,
+    pub reruns: AtomicUsize,
+    /// The case whose turn outlived conform's bound: no more prompts.
+    stopped: Mutex<Option<String>>,
+    /// Which phrasing of which directive worked: (directive, rung, user) -> cases.
+    pub rungs: Mutex<BTreeMap<(String, usize, bool), usize>>,
+    /// The ids of the cases the run selected.
+    pub selected: std::collections::BTreeSet<String>,
+}
+
+impl Context {
+    pub fn new(
+        launcher: Launcher,
+        strict: bool,
+        probe: Probe,
+        startup: Duration,
+        book: Book,
+        isolate: bool,
+    ) -> Context {
+        Context {
+            launcher,
+            strict,
+            probe,
+            startup,
+            book,
+            isolate,
+            pool: Mutex::new(Vec::new()),
+            // The probe's process.
+            started: AtomicUsize::new(1),
+            reruns: AtomicUsize::new(0),
+            stopped: Mutex::new(None),
+            rungs: Mutex::new(BTreeMap::new()),
+            selected: Default::default(),
+        }
+    }
+
+    fn stopped_by(&self) -> Option<String> {
+        self.stopped.lock().ok().and_then(|s| s.clone())
+    }
+
+    fn stop_prompts(&self, case: &str) {
+        if let Ok(mut s) = self.stopped.lock() {
+            s.get_or_insert_with(|| case.to_owned());
+        }
+    }
+
+    /// Ends every idle shared process.
+    pub async fn close_pool(&self) {
+        let conns: Vec<Conn> = self
+            .pool
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        for c in conns {
+            c.close().await;
+        }
+    }
+
+    /// What the run's notes say about the agent processes and the prompts.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = vec![format!(
+            "the run started {} agent process(es){}",
+            self.started.load(Ordering::Relaxed),
+            match self.reruns.load(Ordering::Relaxed) {
+                0 => String::new(),
+                n => format!(
+                    ", {n} of them to rerun a case on a fresh process after a shared one died or stopped answering"
+                ),
+            }
+        )];
+        let rungs = self.rungs.lock().map(|r| r.clone()).unwrap_or_default();
+        if !rungs.is_empty() {
+            let worked = rungs
+                .iter()
+                .map(|((d, i, user), n)| {
+                    format!(
+                        "`{d}` phrasing {i}{} in {n} case(s)",
+                        if *user { " (--prompts)" } else { "" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            notes.push(format!("the prompts that worked: {worked}"));
+        }
+        if let Some(case) = self.stopped_by() {
+            notes.push(format!(
+                "a turn in {case} outlived conform's bound of {}s, so conform sent no more prompts to this agent (the cases that needed one were skipped)",
+                PROMPT_DEADLINE.as_secs()
+            ));
+        }
+        notes
+    }
 }
 
 /// The first `initialize` conform sends, for a profile's capabilities.
@@ -145,11 +317,27 @@ fn outside_protocol(method: &str, error: &Value) -> Option<String> {
             "the prompt failed outside the protocol ({method} answered {code}: {message})"
         ));
     }
+    // A mode or option the agent offers but will not switch to for a
+    // reason of its own (gemini-cli: "Cannot enable privileged approval
+    // modes in an untrusted folder"): not the protocol's business.
+    if matches!(method, "session/set_mode" | "session/set_config_option") && (code == -32603 || own)
+    {
+        let data = error
+            .get("data")
+            .map(|d| format!(" {d}"))
+            .unwrap_or_default();
+        return Some(format!(
+            "the agent would not make the change, for a reason outside the protocol ({method} answered {code}: {message}{data})"
+        ));
+    }
     None
 }
 
 /// Starts one agent.
-fn spawn(launcher: &Launcher) -> Result<LineStream, String> {
+fn spawn(ctx: Option<&Context>, launcher: &Launcher) -> Result<LineStream, String> {
+    if let Some(c) = ctx {
+        c.started.fetch_add(1, Ordering::Relaxed);
+    }
     launcher
         .start(
             &[],
@@ -160,50 +348,86 @@ fn spawn(launcher: &Launcher) -> Result<LineStream, String> {
         .map_err(|e| format!("cannot start {launcher:?}: {e}"))
 }
 
+/// What the probe could not learn, and whether the agent wrote anything.
+enum ProbeError {
+    /// It wrote something (a case can report what): the reason.
+    Wrote(String),
+    /// It wrote nothing at all: the reason.
+    Silent(String),
+}
+
 /// Learns what the agent advertises: `initialize` and `session/new` on one
-/// process. An agent that cannot be started or never answers is the target's
-/// failure to start (exit 2), not a case failure.
-pub async fn probe(launcher: &Launcher, startup: Duration) -> Result<Probe, String> {
-    let mut stream = spawn(launcher)?;
+/// process, which then serves the first cases that share one. An agent that
+/// cannot be started, or writes nothing at all, is the target's failure to
+/// start (exit 2); one that wrote anything gets its cases run, which say
+/// what is wrong with it.
+pub async fn probe(
+    launcher: &Launcher,
+    startup: Duration,
+) -> Result<(Probe, Option<Conn>), String> {
+    let mut stream = spawn(None, launcher)?;
     let workspace = super::workspace()?;
     let mut monitor = Monitor::new();
+    let mut wrote = false;
     let mut probe = Probe {
-        initialize: None,
+        initialize: Err("not probed".into()),
         session: Err("not probed".into()),
         capabilities: json!({}),
     };
-    let result = async {
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": initialize_params(super::steps::Profile::All.capabilities())});
-        let answer = exchange(&mut stream, &mut monitor, &init, startup).await?;
-        let init =
-            answer.map_err(|e| format!("the agent answered initialize with an error: {e}"))?;
-        probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
-        probe.initialize = Some(init);
-        let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
-            "params": {"cwd": workspace.path(), "mcpServers": []}});
-        probe.session = match exchange(&mut stream, &mut monitor, &new, REQUEST_DEADLINE).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(outside_protocol("session/new", &e)
-                .unwrap_or_else(|| format!("session/new failed: {e}"))),
-            Err(e) => Err(e),
-        };
-        Ok::<(), String>(())
-    }
-    .await;
-    stream.close_stdin();
-    let _ = stream.process.wait_for_exit(EXIT_GRACE).await;
-    let _ = stream.process.shutdown(process::TERM_GRACE).await;
-    if let Err(e) = result {
-        // An agent that wrote, but nothing conform could read as the answer,
-        // started: its cases run and say what is wrong with what it wrote.
-        if let Some(v) = monitor.violations.first() {
-            probe.session = Err(format!(
-                "the agent's answers before the run could not be read ({e}): {}",
-                v.message
-            ));
-            return Ok(probe);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": initialize_params(Profile::All.capabilities())});
+    let result = match exchange(&mut stream, &mut monitor, &init, startup, &mut wrote).await {
+        Ok(Ok(init)) => {
+            probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
+            probe.initialize = Ok(init);
+            let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                "params": {"cwd": workspace.path(), "mcpServers": []}});
+            probe.session = match exchange(
+                &mut stream,
+                &mut monitor,
+                &new,
+                REQUEST_DEADLINE,
+                &mut wrote,
+            )
+            .await
+            {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => Err(outside_protocol("session/new", &e).unwrap_or_else(|| {
+                    format!(
+                        "set-up: session/new failed before the run ({})",
+                        matcher::brief(&e)
+                    )
+                })),
+                Err(ProbeError::Wrote(e) | ProbeError::Silent(e)) => {
+                    Err(format!("set-up: session/new failed before the run ({e})"))
+                }
+            };
+            Ok(())
         }
+        Ok(Err(e)) => {
+            probe.initialize = Err(format!(
+                "the agent answered initialize (version 1) with an error: {}",
+                matcher::brief(&e)
+            ));
+            Ok(())
+        }
+        Err(ProbeError::Wrote(why)) => {
+            let first = monitor
+                .violations
+                .first()
+                .map(|v| format!(": {}", v.message))
+                .unwrap_or_default();
+            probe.initialize = Err(format!(
+                "conform could not read the agent's answer to initialize ({why}){first}"
+            ));
+            Ok(())
+        }
+        Err(ProbeError::Silent(why)) => Err(why),
+    };
+    if let Err(e) = result {
+        stream.close_stdin();
+        let _ = stream.process.wait_for_exit(EXIT_GRACE).await;
+        let _ = stream.process.shutdown(process::TERM_GRACE).await;
         let stderr = stream.process.stderr_tail();
         return Err(if stderr.trim().is_empty() {
             e
@@ -211,7 +435,26 @@ pub async fn probe(launcher: &Launcher, startup: Duration) -> Result<Probe, Stri
             format!("{e}; its stderr:\n{}", stderr.trim_end())
         });
     }
-    Ok(probe)
+    // The probe's process serves the first shared cases of the default
+    // profile, when it is in order.
+    let reusable = probe.session.is_ok() && monitor.violations.is_empty();
+    let conn = match (&probe.initialize, reusable) {
+        (Ok(init), true) => Some(Conn {
+            stream,
+            profile: Profile::All,
+            initialize: init.clone(),
+            number: 1,
+            served: 0,
+            sessions: monitor.session_ids(),
+        }),
+        _ => {
+            stream.close_stdin();
+            let _ = stream.process.wait_for_exit(EXIT_GRACE).await;
+            let _ = stream.process.shutdown(process::TERM_GRACE).await;
+            None
+        }
+    };
+    Ok((probe, conn))
 }
 
 /// Sends one request and reads until its answer, answering nothing else
@@ -221,24 +464,37 @@ async fn exchange(
     monitor: &mut Monitor,
     message: &Value,
     within: Duration,
-) -> Result<Result<Value, Value>, String> {
+    wrote: &mut bool,
+) -> Result<Result<Value, Value>, ProbeError> {
     let key = monitor.sent(message).unwrap_or_default();
     let method = message["method"].as_str().unwrap_or("").to_owned();
+    let lost = |wrote: bool, why: String| {
+        if wrote {
+            ProbeError::Wrote(why)
+        } else {
+            ProbeError::Silent(why)
+        }
+    };
     stream
         .send(format!("{message}\n").as_bytes(), within)
-        .await?;
+        .await
+        .map_err(|e| lost(*wrote, e))?;
     let until = Instant::now() + within;
     loop {
         match stream.next(until).await {
             None => {
-                return Err(format!(
-                    "the agent did not answer {method} within {:.0}s",
-                    within.as_secs_f64()
+                return Err(lost(
+                    *wrote,
+                    format!(
+                        "the agent did not answer {method} within {:.0}s",
+                        within.as_secs_f64()
+                    ),
                 ));
             }
             Some((_, StreamEvent::Line(line))) => {
+                *wrote = true;
                 if let Some(why) = crate::jsonrpc::too_many_values(&line) {
-                    return Err(format!("the agent wrote {why}"));
+                    return Err(ProbeError::Wrote(format!("the agent wrote {why}")));
                 }
                 if let Incoming::Response {
                     key: k, outcome, ..
@@ -249,31 +505,41 @@ async fn exchange(
                 }
             }
             Some((_, StreamEvent::TooLong { limit })) => {
-                return Err(format!("the agent wrote a line over {limit} bytes"));
+                return Err(ProbeError::Wrote(format!(
+                    "the agent wrote a line over {limit} bytes"
+                )));
             }
-            Some((_, StreamEvent::Broken(why))) => return Err(why),
-            Some((_, StreamEvent::Closed { .. })) => {
+            Some((_, StreamEvent::Broken(why))) => return Err(lost(*wrote, why)),
+            Some((_, StreamEvent::Closed { partial })) => {
                 let status = stream
                     .process
                     .wait_for_exit(Duration::from_millis(300))
                     .await;
-                return Err(format!(
+                let why = format!(
                     "the agent closed its stdout before answering {method} (it {})",
                     process::describe_status(status)
-                ));
+                );
+                return Err(lost(*wrote || !partial.is_empty(), why));
             }
         }
     }
 }
 
 /// How conform answers the agent in a case: as the configured editor,
-/// holding back the methods the case withholds until a `release` (or, for
-/// permission requests, a `cancel`).
+/// holding back the first request among the methods the case withholds
+/// until a `cancel` or a `release`.
 struct EditorRole {
     editor: Editor,
     withhold: Vec<String>,
     /// The agent's requests held back: (id, method, params).
     held: Vec<(Value, String, Value)>,
+    /// Whether a request has been held in this case (only the first is).
+    holding_done: bool,
+}
+
+/// Whether `method` is among the `withhold` patterns (`*` for any).
+fn withheld(patterns: &[String], method: &str) -> bool {
+    patterns.iter().any(|p| p == "*" || p == method)
 }
 
 impl Answerer for EditorRole {
@@ -285,7 +551,8 @@ impl Answerer for EditorRole {
         within: Duration,
     ) -> AnswerFuture<'a> {
         Box::pin(async move {
-            if self.withhold.iter().any(|m| m == method) {
+            if !self.holding_done && withheld(&self.withhold, method) {
+                self.holding_done = true;
                 self.held
                     .push((id.clone(), method.to_owned(), params.clone()));
                 return None;
@@ -296,95 +563,395 @@ impl Answerer for EditorRole {
     }
 }
 
+/// What came of waiting for a prompt's turn to end.
+enum TurnEnd {
+    Answered(Result<Value, Value>),
+    /// Nothing to stand on: a skip, or a missing answer, is recorded.
+    Over,
+}
+
+/// What came of waiting for a prompt to provoke what it asks.
+enum Provoked {
+    Yes,
+    /// The turn ended first.
+    Ended(Result<Value, Value>),
+    /// Neither, within the bound (the turn still runs).
+    No,
+    /// The agent is gone, or conform could not go on.
+    Over,
+}
+
+/// Where a case runs: a fresh process, or a shared one.
+enum Start {
+    Fresh(LineStream),
+    Shared(Conn),
+}
+
 struct CaseRun<'a> {
     ctx: &'a Context,
+    case_id: String,
     config: Config,
     s: Session<Monitor>,
     role: EditorRole,
-    workspace: std::path::PathBuf,
+    workspace: PathBuf,
+    /// The MCP stub's script and record, for `config.mcp`.
+    mcp: Option<(tempfile::TempDir, PathBuf)>,
+    /// The `protocolVersion` of the last initialize a step sent.
+    asked_version: Option<Value>,
+    /// The agent process, when it is a shared one.
+    shared: Option<(Profile, Value, usize, usize)>,
 }
 
 impl Context {
     pub async fn run_case(&self, case: &Case<super::AgentCases>) -> CaseResult {
         let started = Instant::now();
         let mut early = Evidence::default();
-        let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
         if let Some((why, kind)) = self.probe.skip_reason(&case.needs) {
             early.skip(why, kind);
-            return result(early);
+            return CaseResult::graded(case, early, self.strict, started, vec![]);
         }
-        let config: Config = case.config.clone();
+        if let Some((why, blamed)) = self.probe.setup_blocked(case.config.setup) {
+            match blamed {
+                // The case that reports it runs: this one is not failed for it again.
+                Some(c) if self.selected.contains(c) && c != case.id => early.skip(
+                    format!("{why}; {c} reports it, so this case is not failed for it again"),
+                    SkipKind::Outside,
+                ),
+                Some(_) => {
+                    early.fail(Kind::Missing, why);
+                }
+                None => early.skip(why, SkipKind::Outside),
+            }
+            return CaseResult::graded(case, early, self.strict, started, vec![]);
+        }
+        if !self.isolate && shareable(case) {
+            let profile = case.config.client;
+            let conn = self.take_conn(profile).await;
+            if let Some(conn) = conn {
+                let number = conn.number;
+                let (result, back, why) = self.run_on(case, Start::Shared(conn), started).await;
+                match why {
+                    None => {
+                        if let Some(c) = back {
+                            self.give_back(c);
+                        }
+                        return result;
+                    }
+                    Some(why) => {
+                        self.reruns.fetch_add(1, Ordering::Relaxed);
+                        let note = format!(
+                            "rerun on a fresh agent process: the shared process #{number} {why} during this case"
+                        );
+                        return self.run_fresh(case, Some(note)).await;
+                    }
+                }
+            }
+        }
+        self.run_fresh(case, None).await
+    }
+
+    async fn run_fresh(&self, case: &Case<super::AgentCases>, note: Option<String>) -> CaseResult {
+        let started = Instant::now();
+        let stream = match spawn(Some(self), &self.launcher) {
+            Ok(s) => s,
+            Err(e) => {
+                return CaseResult::graded(
+                    case,
+                    Evidence::failed_to_run(e),
+                    self.strict,
+                    started,
+                    vec![],
+                );
+            }
+        };
+        let (mut result, _, _) = self.run_on(case, Start::Fresh(stream), started).await;
+        if let Some(n) = note {
+            result.message = if result.message.is_empty() {
+                n
+            } else {
+                format!("{}\n{n}", result.message)
+            };
+        }
+        result
+    }
+
+    /// An idle shared process of `profile`, or a new one initialized with it.
+    async fn take_conn(&self, profile: Profile) -> Option<Conn> {
+        let idle = self.pool.lock().ok().and_then(|mut p| {
+            let i = p.iter().position(|c| c.profile == profile)?;
+            Some(p.swap_remove(i))
+        });
+        if idle.is_some() {
+            return idle;
+        }
+        let mut stream = spawn(Some(self), &self.launcher).ok()?;
+        let number = self.started.load(Ordering::Relaxed);
+        let mut monitor = Monitor::new();
+        let init = json!({"jsonrpc": "2.0", "id": "conform-init", "method": "initialize",
+            "params": initialize_params(profile.capabilities())});
+        let mut wrote = false;
+        match exchange(&mut stream, &mut monitor, &init, self.startup, &mut wrote).await {
+            Ok(Ok(result)) if monitor.violations.is_empty() => Some(Conn {
+                stream,
+                profile,
+                initialize: result,
+                number,
+                served: 0,
+                sessions: vec![],
+            }),
+            // A handshake that did not go well on a shared process: the
+            // case runs on a fresh one, where it is seen whole.
+            _ => {
+                let _ = stream.process.shutdown(process::TERM_GRACE).await;
+                None
+            }
+        }
+    }
+
+    pub fn give_back(&self, conn: Conn) {
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(conn);
+        }
+    }
+
+    /// Runs `case` from `start`; returns its result, the shared process to
+    /// keep, and why the case must be rerun on a fresh process, if it must.
+    async fn run_on(
+        &self,
+        case: &Case<super::AgentCases>,
+        start: Start,
+        started: Instant,
+    ) -> (CaseResult, Option<Conn>, Option<String>) {
         let workspace = match super::workspace() {
             Ok(w) => w,
             Err(e) => {
-                early.error(e);
-                return result(early);
+                let r = CaseResult::graded(
+                    case,
+                    Evidence::failed_to_run(e),
+                    self.strict,
+                    started,
+                    vec![],
+                );
+                return (r, None, None);
             }
         };
-        let stream = match spawn(&self.launcher) {
-            Ok(s) => s,
-            Err(e) => {
-                early.error(e);
-                return result(early);
-            }
-        };
+        let config: Config = case.config.clone();
         let ws = workspace.path().to_path_buf();
+        let (stream, shared, monitor) = match start {
+            Start::Fresh(stream) => (stream, None, Monitor::new()),
+            Start::Shared(conn) => {
+                let monitor = Monitor::resumed(
+                    conn.profile.capabilities(),
+                    conn.initialize.get("agentCapabilities").cloned(),
+                    &conn.sessions,
+                );
+                let shared = (conn.profile, conn.initialize, conn.number, conn.served + 1);
+                (conn.stream, Some(shared), monitor)
+            }
+        };
         let mut run = CaseRun {
             ctx: self,
+            case_id: case.id.clone(),
             role: EditorRole {
                 editor: Editor::new(ws.clone(), config.permission),
                 withhold: config.withhold.clone(),
                 held: Vec::new(),
+                holding_done: false,
             },
             config,
-            s: Session::new(stream, "agent", Monitor::new(), started, 0),
+            s: Session::new(stream, "agent", monitor, started, 0),
             workspace: ws,
+            mcp: None,
+            asked_version: None,
+            shared,
         };
         run.s
             .vars
             .set("workspace", json!(run.workspace.display().to_string()));
+        if let Some((_, _, number, served)) = &run.shared {
+            let what = format!("on shared agent process #{number}, its case {served}");
+            run.s.log(Direction::Event, what.as_bytes());
+        }
+        if run.config.mcp
+            && let Err(e) = run.prepare_mcp()
+        {
+            run.s.ev.error(e);
+        }
         run.setup().await;
-        // A setup that failed leaves the steps nothing to stand on.
-        let setup_failed = !run.s.ev.findings.is_empty();
+        // A set-up that failed leaves the steps nothing to stand on.
+        let mut stop = !run.s.ev.findings.is_empty();
         for (i, step) in case.steps.iter().enumerate() {
-            if setup_failed || !run.s.goes_on() {
+            if stop || !run.s.goes_on() {
                 break;
             }
+            let before = run.s.ev.findings.len();
             run.step(i, step).await;
+            // A step that found something wrong leaves the next steps
+            // nothing to stand on either.
+            stop = run.s.ev.findings.len() > before;
+        }
+        if run.shared.is_some() {
+            return run.end_shared(case, started).await;
         }
         let result = run
             .s
             .graded(&mut run.role, EXIT_GRACE, case, self.strict, started)
             .await;
         drop(workspace);
-        result
+        (result, None, None)
     }
 }
 
+/// Whether a case needs only a fresh session on an agent process that has
+/// shaken hands already: no handshake of its own, no raw bytes, no stdin
+/// closed, not disruptive, no MCP server to leave behind.
+fn shareable(case: &Case<super::AgentCases>) -> bool {
+    case.phase == Phase::Main
+        && case.config.setup == Setup::Session
+        && !case.config.mcp
+        && case.steps.iter().all(|s| {
+            !matches!(
+                s.action,
+                Action::Write(_) | Action::CloseStdin | Action::ExitsWithin(_)
+            )
+        })
+}
+
 impl CaseRun<'_> {
+    /// Ends a case on a shared process: syncs with the agent so what it
+    /// wrote for this case is read in this case, grades it, and says
+    /// whether the process can serve the next one, or the case must be
+    /// rerun on a fresh process.
+    async fn end_shared(
+        mut self,
+        case: &Case<super::AgentCases>,
+        started: Instant,
+    ) -> (CaseResult, Option<Conn>, Option<String>) {
+        let rerun = if self.s.closed {
+            Some("closed its stdout".to_owned())
+        } else if self.s.stalled && self.s.ev.skip.is_none() {
+            Some("stopped answering".to_owned())
+        } else {
+            None
+        };
+        let mut keep = rerun.is_none()
+            && self.role.held.is_empty()
+            && !self.s.watch.any_turn_running()
+            && self.s.ev.error.is_none()
+            && !self.s.stalled;
+        if keep {
+            keep = self.sync().await;
+        }
+        let (profile, initialize, number, served) = self.shared.take().expect("a shared case");
+        let mut sessions = self.s.watch.session_ids();
+        if sessions.len() > SESSIONS_KEPT {
+            sessions.drain(..sessions.len() - SESSIONS_KEPT);
+        }
+        let (ev, transcript, mut stream) = self.s.into_parts();
+        if rerun.is_some() || !keep {
+            stream.close_stdin();
+            let _ = stream.process.shutdown(process::TERM_GRACE).await;
+        }
+        if rerun.is_some() {
+            let r = CaseResult::graded(case, Evidence::default(), self.ctx.strict, started, vec![]);
+            return (r, None, rerun);
+        }
+        let result = CaseResult::graded(
+            case,
+            ev,
+            self.ctx.strict,
+            started,
+            transcript.into_entries(),
+        );
+        let back = keep.then_some(Conn {
+            stream,
+            profile,
+            initialize,
+            number,
+            served,
+            sessions,
+        });
+        (result, back, None)
+    }
+
+    /// A request for a method no agent has (`conform/sync`): whatever the
+    /// agent wrote for this case before it answers is read in this case.
+    /// Its answer is not judged; no answer gives the process up.
+    async fn sync(&mut self) -> bool {
+        let Some(key) = self.s.request("conform/sync", json!({})).await else {
+            return false;
+        };
+        let k = key.clone();
+        self.s
+            .pump(&mut self.role, Instant::now() + SYNC_DEADLINE, &|s| {
+                s.answers.contains_key(&k)
+            })
+            .await;
+        self.s.answers.remove(&key).is_some() && !self.s.closed
+    }
+
+    /// The MCP stub's script, record and `${mcpStub}`: a stdio server entry
+    /// that starts `conform peer --protocol acp` on an MCP script.
+    fn prepare_mcp(&mut self) -> Result<(), String> {
+        let dir = tempfile::Builder::new()
+            .prefix("conform-mcp-")
+            .tempdir()
+            .map_err(|e| format!("cannot create the MCP stub's directory: {e}"))?;
+        let script = dir.path().join("script.json");
+        let record = dir.path().join("record.jsonl");
+        std::fs::write(&script, super::mcp_stub::SCRIPT)
+            .map_err(|e| format!("cannot write the MCP stub's script: {e}"))?;
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find conform's own executable: {e}"))?;
+        self.s.vars.set(
+            "mcpStub",
+            json!({
+                "name": "conform-mcp-stub",
+                "command": exe.display().to_string(),
+                "args": ["peer", "--protocol", "acp", "--script", script.display().to_string(),
+                    "--record", record.display().to_string()],
+                "env": [],
+            }),
+        );
+        self.mcp = Some((dir, record));
+        Ok(())
+    }
+
     async fn setup(&mut self) {
         if self.config.setup == Setup::None {
             return;
         }
-        let params = initialize_params(self.config.client.capabilities());
-        let Some(key) = self.s.request("initialize", params).await else {
-            return;
-        };
-        let startup = self.ctx.startup;
-        match self
-            .s
-            .answer(&mut self.role, &key, "initialize", startup)
-            .await
-        {
-            Some(Ok(result)) => self.s.vars.set("initialize", result),
-            Some(Err(e)) => {
-                self.s
-                    .ev
-                    .fail(Kind::WrongKind, format!("setup: initialize failed: {e}"));
+        if let Some((_, initialize, _, _)) = &self.shared {
+            // The shared process shook hands when it started.
+            let init = initialize.clone();
+            self.s.vars.set("initialize", init);
+        } else {
+            let params = initialize_params(self.config.client.capabilities());
+            let Some(key) = self.s.request("initialize", params).await else {
+                return;
+            };
+            let startup = self.ctx.startup;
+            if !self.started_in_time(&key, startup).await {
+                return;
             }
-            None => {}
+            match self
+                .s
+                .answer(&mut self.role, &key, "initialize", startup)
+                .await
+            {
+                Some(Ok(result)) => self.s.vars.set("initialize", result),
+                Some(Err(e)) => {
+                    let why = format!(
+                        "set-up: the agent answered initialize with an error ({})",
+                        matcher::brief(&e)
+                    );
+                    self.setup_failed(why, HANDSHAKE_CASE);
+                    return;
+                }
+                None => return,
+            }
         }
-        if self.config.setup != Setup::Session || !self.s.ev.findings.is_empty() {
+        if self.config.setup != Setup::Session || !self.s.goes_on() {
             return;
         }
         let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
@@ -400,12 +967,50 @@ impl CaseRun<'_> {
             Some(Err(e)) => match outside_protocol("session/new", &e) {
                 Some(why) => self.s.ev.skip(why, SkipKind::Outside),
                 None => {
-                    self.s
-                        .ev
-                        .fail(Kind::WrongKind, format!("setup: session/new failed: {e}"));
+                    let why = format!("set-up: session/new failed ({})", matcher::brief(&e));
+                    self.setup_failed(why, SESSION_CASE);
                 }
             },
             None => {}
+        }
+    }
+
+    /// Waits for the answer to a fresh process's `initialize`. The agent
+    /// answered the probe's: one that is only slow to start this time (a
+    /// loaded machine) is conform's bound (--startup-timeout), not the
+    /// agent's breach, so the case is skipped naming it. One that dies, or
+    /// whose answer comes, goes on to be judged.
+    async fn started_in_time(&mut self, key: &str, startup: Duration) -> bool {
+        let k = key.to_owned();
+        self.s
+            .pump(&mut self.role, Instant::now() + startup, &|s| {
+                s.answers.contains_key(&k) || s.closed
+            })
+            .await;
+        if self.s.answers.contains_key(key) || self.s.closed || self.s.ev.error.is_some() {
+            return true;
+        }
+        self.s.stalled = true;
+        self.s.ev.skip(
+            format!(
+                "the agent did not answer initialize within the start-up bound of {:.0}s (--startup-timeout), though it answered the probe's",
+                startup.as_secs_f64()
+            ),
+            SkipKind::Outside,
+        );
+        false
+    }
+
+    /// A set-up step the agent answered with an error: the case that checks
+    /// that step reports it, when the run has it; otherwise this case fails.
+    fn setup_failed(&mut self, why: String, blamed: &str) {
+        if self.ctx.selected.contains(blamed) && self.case_id != blamed {
+            self.s.ev.skip(
+                format!("{why}; {blamed} reports it, so this case is not failed for it again"),
+                SkipKind::Outside,
+            );
+        } else {
+            self.s.ev.fail(Kind::WrongKind, why);
         }
     }
 
@@ -447,10 +1052,15 @@ impl CaseRun<'_> {
         self.s.vars.set("new", result);
     }
 
+    fn counts(&self) -> (usize, usize) {
+        (
+            self.s.watch.agent_requests.len(),
+            self.s.watch.updates.len(),
+        )
+    }
+
     async fn step(&mut self, index: usize, step: &Step) {
-        let requests_before = self.s.watch.agent_requests.len();
-        let updates_before = self.s.watch.updates.len();
-        let before = (requests_before, updates_before);
+        let before = self.counts();
         match &step.action {
             Action::Write(bytes) => {
                 let Some(bytes) = self.s.raw_bytes(bytes) else {
@@ -482,6 +1092,9 @@ impl CaseRun<'_> {
                     },
                     None => self.s.next_id(),
                 };
+                if send.method == "initialize" {
+                    self.asked_version = params.get("protocolVersion").cloned();
+                }
                 let message =
                     json!({"jsonrpc": "2.0", "id": id, "method": send.method, "params": params});
                 let Some(key) = self.s.send(&message).await else {
@@ -496,9 +1109,9 @@ impl CaseRun<'_> {
                 self.after_request(step, key, &send.method, default, before)
                     .await;
             }
-            Action::Own(Own::Prompt(prompt)) => self.prompt(step, prompt, before).await,
+            Action::Own(Own::Prompt(prompt)) => self.prompt(step, prompt).await,
             Action::Await(name) => {
-                let Some((key, _)) = self.s.named.get(name).cloned() else {
+                let Some((key, method)) = self.s.named.get(name).cloned() else {
                     self.s
                         .ev
                         .error(format!("step {index}: no request named `{name}` to await"));
@@ -506,7 +1119,26 @@ impl CaseRun<'_> {
                 };
                 let what = format!("`{name}`");
                 let within = step.deadline_or(PROMPT_DEADLINE);
-                if let Some(a) = self.s.answer(&mut self.role, &key, &what, within).await {
+                let answer = if method == "session/prompt" {
+                    match self.await_turn(&key, &what, within).await {
+                        TurnEnd::Answered(a) => Some(a),
+                        TurnEnd::Over => None,
+                    }
+                } else {
+                    let a = self.s.answer(&mut self.role, &key, &what, within).await;
+                    // Bytes that are no request (a `raw` step's) are no rpc
+                    // call: silence breaks no rule of replying, only what
+                    // the case expects.
+                    if a.is_none() && key == super::monitor::id_key(&Value::Null) {
+                        for f in &mut self.s.ev.findings {
+                            if f.kind == Kind::Missing {
+                                f.requirement = None;
+                            }
+                        }
+                    }
+                    a
+                };
+                if let Some(a) = answer {
                     self.judge(step.expect.as_ref(), &what, &a, before);
                 }
             }
@@ -537,49 +1169,345 @@ impl CaseRun<'_> {
                 }
             }
             Action::Own(Own::Cancel(session)) => self.cancel(session).await,
-            Action::Own(Own::Release) => {
-                let held = std::mem::take(&mut self.role.held);
-                for (id, method, params) in held {
-                    let a = self
-                        .role
-                        .editor
-                        .answer(&method, &params, REQUEST_DEADLINE)
-                        .await;
-                    self.s.send(&a.to_message(&id)).await;
-                }
-            }
+            Action::Own(Own::Release) => self.release().await,
+            Action::Own(Own::McpConnected(secs)) => self.mcp_connected(*secs).await,
             Action::Quiet(_) | Action::Probe | Action::CloseStdin | Action::ExitsWithin(_) => {
                 self.s.common(&mut self.role, step, &PROBE).await;
             }
         }
     }
 
-    /// `session/prompt` on the session the step names (`${session}` by default).
-    async fn prompt(&mut self, step: &Step, prompt: &Prompt, before: (usize, usize)) {
+    /// Answers every request held back.
+    async fn release(&mut self) {
+        let held = std::mem::take(&mut self.role.held);
+        for (id, method, params) in held {
+            let a = self
+                .role
+                .editor
+                .answer(&method, &params, REQUEST_DEADLINE)
+                .await;
+            self.s.send(&a.to_message(&id)).await;
+        }
+    }
+
+    /// `session/prompt` on the session the step names (`${session}` by
+    /// default): one text, the given blocks, or a directive's ladder, each
+    /// rung a turn, until the agent does what the directive asks.
+    async fn prompt(&mut self, step: &Step, prompt: &Prompt) {
+        if let Some(case) = self.ctx.stopped_by() {
+            self.s.ev.skip(
+                format!(
+                    "an earlier turn (in {case}) outlived conform's bound of {}s, so conform sends no more prompts to this agent",
+                    PROMPT_DEADLINE.as_secs()
+                ),
+                SkipKind::Outside,
+            );
+            return;
+        }
+        let ladder = match &prompt.directive {
+            Some(d) => {
+                let Some(Value::String(line)) = self.s.expand(&json!(d)) else {
+                    return;
+                };
+                match self.ctx.book.ladder(&line, &self.workspace) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        self.s.ev.error(e);
+                        return;
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut until: Vec<Trigger> = match (&prompt.until, &ladder) {
+            (Some(u), _) => u.iter().map(|t| Trigger::parse(t)).collect(),
+            (None, Some(l)) => l.until.clone(),
+            (None, None) => vec![],
+        };
+        // A case that holds a request back waits for the agent to make one.
+        if !step.wait && !self.config.withhold.is_empty() {
+            until = vec![];
+        }
+        let texts: Vec<(Value, Option<Rung>)> = match (&ladder, &prompt.text, &prompt.blocks) {
+            (Some(l), _, _) => l
+                .rungs
+                .iter()
+                .map(|r| (json!([{"type": "text", "text": r.text}]), Some(r.clone())))
+                .collect(),
+            (None, Some(t), _) => vec![(json!([{"type": "text", "text": t}]), None)],
+            (None, _, Some(b)) => vec![(b.clone(), None)],
+            _ => vec![],
+        };
         let session = prompt
             .session
             .clone()
             .unwrap_or_else(|| "${session}".into());
-        let blocks = match (&prompt.text, &prompt.blocks) {
-            (Some(t), _) => json!([{"type": "text", "text": t}]),
-            (_, Some(b)) => b.clone(),
-            _ => json!([]),
+        let last = texts.len();
+        for (i, (blocks, rung)) in texts.into_iter().enumerate() {
+            // A later rung starts afresh, in a new session: a model is not
+            // led by the turns that went before, and what a session's
+            // several turns must obey is the business of the cases that
+            // mean to give it several. A prompt that names its session
+            // keeps it.
+            if i > 0 && prompt.session.is_none() && !self.fresh_session().await {
+                return;
+            }
+            let Some(params) = self
+                .s
+                .expand(&json!({"sessionId": session, "prompt": blocks}))
+            else {
+                return;
+            };
+            let before = self.counts();
+            let sent_at = Instant::now();
+            let Some(key) = self.s.request("session/prompt", params).await else {
+                return;
+            };
+            if let Some(name) = &step.name {
+                self.s
+                    .named
+                    .insert(name.clone(), (key.clone(), "session/prompt".into()));
+            }
+            let final_rung = i + 1 == last;
+            if !step.wait && until.is_empty() && self.config.withhold.is_empty() {
+                // Nothing to wait for: a later step awaits the turn.
+                return;
+            }
+            if !step.wait {
+                match self.until_provoked(&key, &until, before, sent_at).await {
+                    Provoked::Yes => {
+                        self.worked(ladder.as_ref(), rung.as_ref(), &until);
+                        return;
+                    }
+                    Provoked::Ended(answer) => {
+                        if let Err(e) = &answer
+                            && let Some(why) = outside_protocol("session/prompt", e)
+                        {
+                            self.s.ev.skip(why, SkipKind::Outside);
+                            return;
+                        }
+                        if final_rung {
+                            self.unprovoked(ladder.as_ref(), &until, "the turn ended first");
+                            return;
+                        }
+                    }
+                    Provoked::No => {
+                        self.unprovoked(
+                            ladder.as_ref(),
+                            &until,
+                            &format!("nothing within {:.0}s", WAIT_FOR_DEADLINE.as_secs_f64()),
+                        );
+                        return;
+                    }
+                    Provoked::Over => return,
+                }
+                continue;
+            }
+            let within = step.deadline_or(PROMPT_DEADLINE);
+            let answer = match self.await_turn(&key, "session/prompt", within).await {
+                TurnEnd::Answered(a) => a,
+                TurnEnd::Over => return,
+            };
+            let provoked = until.is_empty() || self.provoked(&until, before, false);
+            if provoked || answer.is_err() {
+                if provoked && answer.is_ok() {
+                    self.worked(ladder.as_ref(), rung.as_ref(), &until);
+                }
+                if let (Some(name), Ok(v)) = (&step.name, &answer) {
+                    self.s.vars.set(name.clone(), v.clone());
+                }
+                self.judge(step.expect.as_ref(), "session/prompt", &answer, before);
+                return;
+            }
+            if final_rung {
+                self.unprovoked(ladder.as_ref(), &until, "every turn ended without it");
+                return;
+            }
+        }
+    }
+
+    /// A new session in the workspace for the next rung of a ladder, as
+    /// `${session}`; false (the case then stops, on what was recorded) when
+    /// the agent does not give one.
+    async fn fresh_session(&mut self) -> bool {
+        let params = json!({"cwd": self.workspace.display().to_string(), "mcpServers": []});
+        let Some(key) = self.s.request("session/new", params).await else {
+            return false;
         };
-        let Some(params) = self
+        match self
             .s
-            .expand(&json!({"sessionId": session, "prompt": blocks}))
-        else {
+            .answer(&mut self.role, &key, "session/new", REQUEST_DEADLINE)
+            .await
+        {
+            Some(Ok(result)) => {
+                let id = result.get("sessionId").cloned().unwrap_or(Value::Null);
+                self.s.vars.set("session", id);
+                true
+            }
+            Some(Err(e)) => {
+                let why = format!(
+                    "the agent answered session/new for the next phrasing with an error: {}",
+                    matcher::brief(&e)
+                );
+                self.s.ev.skip(why, SkipKind::Outside);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records which phrasing made the agent do what was asked.
+    fn worked(&mut self, ladder: Option<&Ladder>, rung: Option<&Rung>, until: &[Trigger]) {
+        let (Some(l), Some(r)) = (ladder, rung) else {
             return;
         };
-        let Some(key) = self.s.request("session/prompt", params).await else {
-            return;
+        if let Ok(mut m) = self.ctx.rungs.lock() {
+            *m.entry((l.name.clone(), r.index, r.user)).or_default() += 1;
+        }
+        if r.index > 1 || r.user {
+            let what = until
+                .iter()
+                .map(Trigger::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ");
+            self.s.ev.notes.push(format!(
+                "prompt `{}`: phrasing {} of {}{} brought {}: {:?}",
+                l.name,
+                r.index,
+                r.of,
+                if r.user { " (from --prompts)" } else { "" },
+                if what.is_empty() {
+                    "the turn".into()
+                } else {
+                    what
+                },
+                r.phrasing
+            ));
+        }
+    }
+
+    /// The agent did none of what the directive asks, for any phrasing: the
+    /// case cannot apply to it (outside its declaration: it may have a real
+    /// model that chose otherwise, or a fake one that reads other words).
+    fn unprovoked(&mut self, ladder: Option<&Ladder>, until: &[Trigger], how: &str) {
+        let what = if until.is_empty() {
+            "a request conform could hold back".to_owned()
+        } else {
+            until
+                .iter()
+                .map(Trigger::to_string)
+                .collect::<Vec<_>>()
+                .join(" or ")
         };
-        self.after_request(step, key, "session/prompt", PROMPT_DEADLINE, before)
+        let tried = match ladder {
+            Some(l) => format!(
+                "any of the {} phrasings of `{}` (corpus/acp/prompts.json, --prompts)",
+                l.rungs.len(),
+                l.name
+            ),
+            None => "the prompt".into(),
+        };
+        let why = self.why_no_turn().unwrap_or_else(|| {
+            format!(
+                "for {tried}, the agent did not do what the case needs, {what} ({how}), so the case cannot apply"
+            )
+        });
+        self.s.ev.skip(why, SkipKind::Outside);
+    }
+
+    /// Whether the agent did any of `until` since `before`.
+    fn provoked(&self, until: &[Trigger], before: (usize, usize), running: bool) -> bool {
+        triggered(&self.s, until, &[], before, running)
+    }
+
+    /// Waits until a prompt that is not awaited provokes what it asks (or,
+    /// in a case that holds a request back, until one is held), the turn
+    /// ends, or the bound passes.
+    async fn until_provoked(
+        &mut self,
+        key: &str,
+        until: &[Trigger],
+        before: (usize, usize),
+        sent_at: Instant,
+    ) -> Provoked {
+        let deadline = sent_at + WAIT_FOR_DEADLINE;
+        let settle = sent_at + SETTLE;
+        let hold = self.config.withhold.clone();
+        loop {
+            let now = Instant::now();
+            let running_due = now >= settle;
+            let stop_at = if until.contains(&Trigger::Running) && !running_due {
+                settle
+            } else {
+                deadline
+            };
+            let k = key.to_owned();
+            let u = until.to_vec();
+            let h = hold.clone();
+            self.s
+                .pump(&mut self.role, stop_at, &|s| {
+                    s.answers.contains_key(&k) || triggered(s, &u, &h, before, running_due)
+                })
+                .await;
+            if let Some(answer) = self.s.answers.remove(key) {
+                return Provoked::Ended(answer);
+            }
+            let running_due = Instant::now() >= settle;
+            if triggered(&self.s, until, &hold, before, running_due) {
+                return Provoked::Yes;
+            }
+            if !self.s.goes_on() || self.s.closed {
+                if self.s.closed {
+                    self.s
+                        .answer(&mut self.role, key, "session/prompt", Duration::ZERO)
+                        .await;
+                }
+                return Provoked::Over;
+            }
+            if Instant::now() >= deadline {
+                return Provoked::No;
+            }
+        }
+    }
+
+    /// Waits for a turn's answer. A turn that outlives conform's bound is
+    /// conform's limit, not the agent's breach: the case is skipped, naming
+    /// the bound, and the run sends no more prompts to this agent.
+    async fn await_turn(&mut self, key: &str, what: &str, within: Duration) -> TurnEnd {
+        let k = key.to_owned();
+        self.s
+            .pump(&mut self.role, Instant::now() + within, &|s| {
+                s.answers.contains_key(&k)
+            })
             .await;
+        if let Some(a) = self.s.answers.remove(key) {
+            return TurnEnd::Answered(a);
+        }
+        if !self.s.closed && self.s.ev.error.is_none() {
+            self.ctx.stop_prompts(&self.case_id);
+            self.s.stalled = true;
+            self.s.ev.skip(
+                format!(
+                    "the turn did not end within conform's bound of {:.0}s (the sources set no deadline on a turn; a real model may need longer), so conform sends no more prompts to this agent",
+                    within.as_secs_f64()
+                ),
+                SkipKind::Outside,
+            );
+            return TurnEnd::Over;
+        }
+        match self
+            .s
+            .answer(&mut self.role, key, what, Duration::ZERO)
+            .await
+        {
+            Some(a) => TurnEnd::Answered(a),
+            None => TurnEnd::Over,
+        }
     }
 
     /// `session/cancel` for `session` while its turn runs, then the
-    /// cancelled outcome for every permission request held back.
+    /// cancelled outcome for a permission request held back, and its answer
+    /// for any other.
     async fn cancel(&mut self, session: &str) {
         let Some(session) = self.s.expand(&json!(session)) else {
             return;
@@ -590,7 +1518,7 @@ impl CaseRun<'_> {
             .turn_running(session.as_str().unwrap_or_default())
         {
             let why = self.why_no_turn().unwrap_or_else(|| {
-                "the turn had already ended when conform was to cancel it (the agent does not follow conform's prompt script, corpus/acp/SCRIPT.md)".into()
+                "the turn had already ended when conform was to cancel it".into()
             });
             self.s.ev.skip(why, SkipKind::Outside);
             return;
@@ -602,12 +1530,62 @@ impl CaseRun<'_> {
         // requests with the cancelled outcome."
         let held = std::mem::take(&mut self.role.held);
         for (id, method, params) in held {
-            if method == "session/request_permission" {
-                let a = self.role.editor.permission(&params, Permission::Cancelled);
-                self.s.send(&a.to_message(&id)).await;
+            let a = if method == "session/request_permission" {
+                self.role.editor.permission(&params, Permission::Cancelled)
             } else {
-                self.role.held.push((id, method, params));
+                self.role
+                    .editor
+                    .answer(&method, &params, REQUEST_DEADLINE)
+                    .await
+            };
+            self.s.send(&a.to_message(&id)).await;
+        }
+    }
+
+    /// Waits for the agent to connect to the MCP stub: its `initialize` and
+    /// `tools/list` in the stub's record.
+    async fn mcp_connected(&mut self, secs: f64) {
+        let Some((_, record)) = &self.mcp else {
+            self.s
+                .ev
+                .error("mcpConnected needs `\"mcp\": true` in the case's config");
+            return;
+        };
+        let record = record.clone();
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let seen = |record: &std::path::Path| -> Vec<String> {
+            std::fs::read_to_string(record)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter_map(|v| v.get("method").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        };
+        loop {
+            let methods = seen(&record);
+            if methods.iter().any(|m| m == "tools/list") {
+                self.s.ev.observe(format!(
+                    "the agent connected to the stdio MCP server: {}",
+                    methods.join(", ")
+                ));
+                return;
             }
+            if Instant::now() >= until || self.s.closed {
+                let got = if methods.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    methods.join(", ")
+                };
+                self.s.ev.fail(
+                    Kind::Missing,
+                    format!(
+                        "the agent did not connect to the stdio MCP server within {secs:.0}s (MCP initialize and tools/list); the server received {got}"
+                    ),
+                );
+                return;
+            }
+            let slice = (Instant::now() + Duration::from_millis(100)).min(until);
+            self.s.pump(&mut self.role, slice, &|_| false).await;
         }
     }
 
@@ -628,7 +1606,21 @@ impl CaseRun<'_> {
             return;
         }
         let within = step.deadline_or(default);
-        if let Some(a) = self.s.answer(&mut self.role, &key, method, within).await {
+        if method == "initialize"
+            && self.shared.is_none()
+            && !self.started_in_time(&key, within).await
+        {
+            return;
+        }
+        let answer = if method == "session/prompt" {
+            match self.await_turn(&key, method, within).await {
+                TurnEnd::Answered(a) => Some(a),
+                TurnEnd::Over => None,
+            }
+        } else {
+            self.s.answer(&mut self.role, &key, method, within).await
+        };
+        if let Some(a) = answer {
             if let (Some(name), Ok(v)) = (&step.name, &a) {
                 self.s.vars.set(name.clone(), v.clone());
             }
@@ -658,7 +1650,12 @@ impl CaseRun<'_> {
             self.s.ev.skip(why, SkipKind::Outside);
             return;
         }
-        let requested: Vec<String> = self.s.watch.agent_requests[requests_before..]
+        let requested: Vec<String> = self
+            .s
+            .watch
+            .agent_requests
+            .get(requests_before..)
+            .unwrap_or_default()
             .iter()
             .map(|r| r.method.clone())
             .collect();
@@ -673,7 +1670,12 @@ impl CaseRun<'_> {
             );
             return;
         }
-        let updates: Vec<Value> = self.s.watch.updates[updates_before..]
+        let updates: Vec<Value> = self
+            .s
+            .watch
+            .updates
+            .get(updates_before..)
+            .unwrap_or_default()
             .iter()
             .map(|(_, u, _)| u.clone())
             .collect();
@@ -740,14 +1742,35 @@ impl CaseRun<'_> {
                 ));
             }
         }
+        let mut saw = false;
         for check in &expect.checks {
+            let verdict = super::checks::run(
+                *check,
+                &super::checks::Seen {
+                    answer,
+                    updates: &updates,
+                    vars: &self.s.vars,
+                    monitor: &self.s.watch,
+                    editor: &self.role.editor,
+                    workspace: &self.workspace,
+                    asked_version: self.asked_version.as_ref(),
+                },
+            );
             found.extend(
-                self.named_check(*check, answer, &updates)
+                verdict
+                    .broken
                     .into_iter()
                     .map(|e| Finding::new(None, Kind::Rule, e)),
             );
+            saw |= !verdict.seen.is_empty();
+            self.s.ev.notes.extend(verdict.seen);
         }
         self.s.conclude(method, answer, found);
+        // A check that says what it saw says it for the case: the answers
+        // of its steps (which hold what varies, times and ids) are left out.
+        if saw {
+            self.s.ev.observations.clear();
+        }
     }
 
     /// Why a turn the case waits on is over already, when it ended with an
@@ -771,145 +1794,34 @@ impl CaseRun<'_> {
         );
         scratch.is_empty()
     }
+}
 
-    fn named_check(
-        &self,
-        check: NamedCheck,
-        answer: &Result<Value, Value>,
-        updates: &[Value],
-    ) -> Vec<String> {
-        let result = answer.as_ref().ok();
-        let session = self.s.vars.get("session").cloned().unwrap_or(Value::Null);
-        let listed = |r: Option<&Value>| -> Vec<Value> {
-            r.and_then(|r| r.get("sessions"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        match check {
-            NamedCheck::SessionIdsUnique => {
-                let ids = &self.s.watch.new_session_ids;
-                let mut seen = std::collections::BTreeSet::new();
-                ids.iter()
-                    .filter(|id| !seen.insert(id.as_str()))
-                    .map(|id| format!("session/new returned the session id {id:?} twice"))
-                    .collect()
-            }
-            NamedCheck::VersionNegotiated => {
-                // "If the Agent supports the requested version, it MUST respond
-                // with the same version. Otherwise, the Agent MUST respond with
-                // the latest version it supports."
-                let latest = self
-                    .ctx
-                    .probe
-                    .initialize
-                    .as_ref()
-                    .and_then(|i| i.get("protocolVersion"))
-                    .cloned();
-                let got = answer.as_ref().ok().and_then(|r| r.get("protocolVersion")).cloned();
-                match (latest, got) {
-                    (Some(l), Some(g)) if l == g => vec![],
-                    (l, g) => vec![format!(
-                        "asked for a version the agent does not support, it answered {}; to version {} it answered {}, its latest",
-                        g.map(|v| v.to_string()).unwrap_or("nothing".into()),
-                        table::PROTOCOL_VERSION,
-                        l.map(|v| v.to_string()).unwrap_or("nothing".into()),
-                    )],
-                }
-            }
-            NamedCheck::HistoryReplayed => {
-                // The turn before the load said something: the replay has the
-                // user's prompt and the agent's message again.
-                let user = updates.iter().any(|u| u["sessionUpdate"] == "user_message_chunk");
-                let agent = updates.iter().any(|u| u["sessionUpdate"] == "agent_message_chunk");
-                if user && agent {
-                    vec![]
-                } else {
-                    vec!["session/load did not replay the conversation (a user_message_chunk and the agent's message again)".into()]
-                }
-            }
-            NamedCheck::TerminalsReleased => self
-                .role
-                .editor
-                .created
-                .iter()
-                .filter(|t| !self.role.editor.released.contains(t))
-                .map(|t| format!("terminal {t} was never released with terminal/release"))
-                .collect(),
-            NamedCheck::FileWritten => {
-                let path = self.workspace.join("written.txt");
-                match std::fs::read_to_string(&path) {
-                    Ok(t) if t == "written by the agent" => vec![],
-                    Ok(t) => vec![format!("written.txt holds {:?}", truncate(&t, 80))],
-                    Err(e) => vec![format!("written.txt was not written: {e}")],
-                }
-            }
-            NamedCheck::NoTerminalAuthMethod => result
-                .and_then(|r| r.get("authMethods"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|m| m.get("type").and_then(Value::as_str) == Some("terminal"))
-                .map(|m| {
-                    format!(
-                        "authMethods offers the terminal method {} although the client did not advertise auth.terminal",
-                        matcher::brief(m)
-                    )
-                })
-                .collect(),
-            NamedCheck::NoBooleanConfig => self
-                .s
-                .vars
-                .get("new")
-                .and_then(|n| n.get("configOptions"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|o| o.get("type").and_then(Value::as_str) == Some("boolean"))
-                .map(|o| {
-                    format!(
-                        "session/new offers the boolean config option {} although the client did not advertise session.configOptions.boolean",
-                        o.get("id").map(Value::to_string).unwrap_or_default()
-                    )
-                })
-                .collect(),
-            NamedCheck::AllConfigOptions => {
-                let offered = self
-                    .s
-                    .vars
-                    .get("new")
-                    .and_then(|n| n.get("configOptions"))
-                    .and_then(Value::as_array)
-                    .map(Vec::len)
-                    .unwrap_or(0);
-                let got = result
-                    .and_then(|r| r.get("configOptions"))
-                    .and_then(Value::as_array)
-                    .map(Vec::len)
-                    .unwrap_or(0);
-                if got == offered {
-                    vec![]
-                } else {
-                    vec![format!("the result lists {got} config options, session/new offered {offered}")]
-                }
-            }
-            // Only the filter is checked: whether a session with no turn yet
-            // is listed, the pages do not say.
-            NamedCheck::ListedByCwd => {
-                let ws = self.workspace.display().to_string();
-                listed(result)
-                    .iter()
-                    .filter(|s| s.get("cwd").and_then(Value::as_str) != Some(ws.as_str()))
-                    .map(|s| format!("session/list filtered by cwd returned {}", matcher::brief(s)))
-                    .collect()
-            }
-            NamedCheck::SessionNotListed => listed(result)
-                .iter()
-                .filter(|s| s.get("sessionId") == Some(&session))
-                .map(|_| format!("session/list still lists the deleted session {session}"))
-                .collect(),
-        }
+/// Whether the agent did any of `until` since `before` in the session `s`;
+/// with `hold`, whether it made a request conform holds back (the first
+/// among those methods); `running`: the settle time passed.
+fn triggered(
+    s: &Session<Monitor>,
+    until: &[Trigger],
+    hold: &[String],
+    (requests_before, updates_before): (usize, usize),
+    running: bool,
+) -> bool {
+    let requests = s
+        .watch
+        .agent_requests
+        .get(requests_before..)
+        .unwrap_or_default();
+    if !hold.is_empty() {
+        return requests.iter().any(|r| withheld(hold, &r.method));
     }
+    let updates = s.watch.updates.get(updates_before..).unwrap_or_default();
+    until.iter().any(|t| match t {
+        Trigger::Request(m) => requests.iter().any(|r| &r.method == m),
+        Trigger::Update(k) => updates
+            .iter()
+            .any(|(_, u, _)| u.get("sessionUpdate").and_then(Value::as_str) == Some(k)),
+        Trigger::Running => running && s.watch.any_turn_running(),
+    })
 }
 
 #[cfg(test)]
@@ -918,23 +1830,30 @@ mod tests {
     use crate::outcome::Outcome;
     use crate::transport::serve::testing::memory;
 
-    const TURN: &str = r#"{"id":"t/turn","title":"a turn","level":"MUST","requirements":["acp.prompt.stop-reason"],
+    const TURN: &str = r#"{"id":"t/turn","title":"a turn","level":"MUST","requirements":["acp.prompt.respond-stop-reason"],
         "steps":[{"prompt":{"text":"hello"},"expect":{"result":{"stopReason":"end_turn"}}}]}"#;
 
     /// The case `json` against the reference agent bent by `bend`, in memory.
     async fn run(bend: fn(&mut Value) -> bool, json: &str) -> CaseResult {
         let launcher = memory(super::super::reference::Agent::new, bend);
-        let probe = probe(&launcher, Duration::from_secs(10)).await.unwrap();
-        let ctx = Context {
+        let (probe, conn) = probe(&launcher, Duration::from_secs(10)).await.unwrap();
+        let ctx = Context::new(
             launcher,
-            strict: false,
+            false,
             probe,
-            startup: Duration::from_secs(10),
-        };
+            Duration::from_secs(10),
+            Book::builtin().unwrap(),
+            false,
+        );
+        if let Some(c) = conn {
+            ctx.give_back(c);
+        }
         let case = crate::case::parse_cases::<super::super::AgentCases>("test", json)
             .unwrap()
             .remove(0);
-        ctx.run_case(&case).await
+        let r = ctx.run_case(&case).await;
+        ctx.close_pool().await;
+        r
     }
 
     #[tokio::test(start_paused = true)]
@@ -973,15 +1892,109 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_turn_that_never_ends_is_a_missing_answer_at_the_prompt_deadline() {
+    async fn a_turn_that_outlives_the_bound_is_skipped_as_conforms_limit() {
         let r = run(|m| m.pointer("/result/stopReason").is_none(), TURN).await;
-        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
-        assert_eq!(r.findings[0].kind, Kind::Missing);
-        assert!(
-            r.findings[0].message.contains("nothing within 60s"),
-            "{}",
-            r.message
+        assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
+        assert_eq!(r.skip_kind, Some(SkipKind::Outside));
+        assert!(r.message.contains("bound of 60s"), "{}", r.message);
+    }
+
+    /// An agent whose fake model reads only the English of the read
+    /// ladder's second phrasing ("... in the current directory ...").
+    #[derive(Default)]
+    struct Picky {
+        sessions: usize,
+        turn: Option<Value>,
+    }
+
+    impl crate::transport::serve::Served for Picky {
+        fn codec(&self) -> Codec {
+            Codec::Lines { limit: 1 << 20 }
+        }
+
+        fn handle(
+            &mut self,
+            line: &[u8],
+            _: std::time::Instant,
+        ) -> Vec<crate::transport::serve::Out> {
+            let m: Value = serde_json::from_slice(line).unwrap_or_default();
+            let id = m["id"].clone();
+            let answer = |r: Value| json!({"jsonrpc": "2.0", "id": id, "result": r});
+            let out = match m["method"].as_str() {
+                Some("initialize") => vec![answer(json!({"protocolVersion": 1}))],
+                Some("session/new") => {
+                    self.sessions += 1;
+                    vec![answer(json!({"sessionId": format!("s{}", self.sessions)}))]
+                }
+                Some("session/prompt") => {
+                    let text = m.pointer("/params/prompt/0/text").and_then(Value::as_str);
+                    if text.is_some_and(|t| t.contains("in the current directory")) {
+                        self.turn = Some(id.clone());
+                        let path = format!("{}/notes.txt", "/tmp");
+                        vec![json!({"jsonrpc": "2.0", "id": 90, "method": "fs/read_text_file",
+                            "params": {"sessionId": m["params"]["sessionId"], "path": path}})]
+                    } else {
+                        vec![answer(json!({"stopReason": "end_turn"}))]
+                    }
+                }
+                None if m.get("result").is_some() || m.get("error").is_some() => self
+                    .turn
+                    .take()
+                    .map(|t| json!({"jsonrpc": "2.0", "id": t, "result": {"stopReason": "end_turn"}}))
+                    .into_iter()
+                    .collect(),
+                _ if !id.is_null() => vec![json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32601, "message": "no"}})],
+                _ => vec![],
+            };
+            out.into_iter()
+                .map(crate::transport::serve::Out::Message)
+                .collect()
+        }
+
+        fn refused(
+            &mut self,
+            _: &crate::wire::Refused,
+            _: std::time::Instant,
+        ) -> (
+            Vec<crate::transport::serve::Out>,
+            crate::transport::serve::AfterRefusal,
+        ) {
+            (vec![], crate::transport::serve::AfterRefusal::Go)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_directive_climbs_its_ladder_and_says_which_phrasing_worked() {
+        const READ: &str = r#"{"id":"t/read","title":"a read","level":"MUST","requirements":["acp.fs.check-capability"],
+            "steps":[{"prompt":{"directive":"read ${workspace}/notes.txt"},"expect":{"reply":"result"}}]}"#;
+        let launcher = memory(Picky::default, |_| true);
+        let (probe, _) = probe(&launcher, Duration::from_secs(10)).await.unwrap();
+        let ctx = Context::new(
+            launcher,
+            false,
+            probe,
+            Duration::from_secs(10),
+            Book::builtin().unwrap(),
+            true,
         );
+        let case = crate::case::parse_cases::<super::super::AgentCases>("test", READ)
+            .unwrap()
+            .remove(0);
+        let r = ctx.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+        assert!(r.message.contains("phrasing 2 of 3"), "{}", r.message);
+        let rungs = ctx.rungs.lock().unwrap().clone();
+        assert_eq!(rungs.get(&("read".to_owned(), 2, false)), Some(&1));
+        // An agent that reads no phrasing makes the case skip, never fail.
+        const PLAN: &str = r#"{"id":"t/plan","title":"a plan","level":"MUST","requirements":["acp.plan.report"],
+            "steps":[{"prompt":{"directive":"plan"},"expect":{"reply":"result"}}]}"#;
+        let case = crate::case::parse_cases::<super::super::AgentCases>("test", PLAN)
+            .unwrap()
+            .remove(0);
+        let r = ctx.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
+        assert!(r.message.contains("3 phrasings of `plan`"), "{}", r.message);
     }
 
     #[test]
@@ -993,12 +2006,14 @@ mod tests {
         assert!(outside_protocol("session/new", &internal).is_none());
         let invalid = json!({"code": -32602, "message": "bad"});
         assert!(outside_protocol("session/prompt", &invalid).is_none());
+        assert!(outside_protocol("session/set_mode", &invalid).is_none());
+        assert!(outside_protocol("session/set_mode", &internal).is_some());
     }
 
     #[test]
     fn needs_read_the_probe() {
         let probe = Probe {
-            initialize: Some(json!({"protocolVersion": 1})),
+            initialize: Ok(json!({"protocolVersion": 1})),
             capabilities: json!({"loadSession": true, "sessionCapabilities": {"list": {}}}),
             session: Ok(
                 json!({"sessionId": "s", "modes": {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}]}}),
@@ -1018,5 +2033,35 @@ mod tests {
         assert!(probe.skip_reason(&[need("configOptions")]).is_some());
         // A need the schema has no capability for is a bad case file.
         assert!(serde_json::from_value::<Need>(json!("sessionCapabilities.lst")).is_err());
+    }
+
+    #[test]
+    fn a_failed_set_up_names_the_case_that_reports_it() {
+        let probe = Probe {
+            initialize: Ok(json!({"protocolVersion": 1})),
+            capabilities: json!({}),
+            session: Err(
+                "set-up: session/new failed before the run (x); acp/session/new reports it".into(),
+            ),
+        };
+        assert_eq!(probe.setup_blocked(Setup::Initialize), None);
+        assert_eq!(
+            probe.setup_blocked(Setup::Session).unwrap().1,
+            Some(SESSION_CASE)
+        );
+        let auth = Probe {
+            session: Err("the agent requires authentication".into()),
+            ..probe.clone()
+        };
+        assert_eq!(auth.setup_blocked(Setup::Session).unwrap().1, None);
+        let probe = Probe {
+            initialize: Err("the agent answered initialize (version 1) with an error".into()),
+            ..probe
+        };
+        assert_eq!(
+            probe.setup_blocked(Setup::Initialize).unwrap().1,
+            Some(HANDSHAKE_CASE)
+        );
+        assert_eq!(probe.setup_blocked(Setup::None), None);
     }
 }

@@ -154,16 +154,16 @@ pub fn start<'a>(
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
         let launcher = launcher_for(&target)?;
-        let probe = driver::probe(&launcher, startup)
+        let (probe, first) = driver::probe(&launcher, startup)
             .await
             .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
+        if let Some(c) = first {
+            c.close().await;
+        }
+        let book = super::prompts::Book::builtin().map_err(RunError::Conform)?;
         Ok(Harness {
-            ctx: Arc::new(Context {
-                launcher,
-                strict: false,
-                probe,
-                startup,
-            }),
+            // A fresh agent per input (isolated), as before.
+            ctx: Arc::new(Context::new(launcher, false, probe, startup, book, true)),
             timeout,
             golden: golden()?,
             methods: method_names(),

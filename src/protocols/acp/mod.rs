@@ -1,11 +1,14 @@
 //! The Agent Client Protocol v1: conform plays the editor and tests an agent
 //! over its stdin and stdout.
 
+pub mod checks;
 pub mod client_role;
 pub mod driver;
 pub mod editor;
 pub mod fuzz;
+pub mod mcp_stub;
 pub mod monitor;
+pub mod prompts;
 pub mod reference;
 pub mod schema;
 pub mod scripted;
@@ -43,7 +46,25 @@ pub const CLIENT: Suite = Suite::new(
     scripted::rules::EVERY_MESSAGE,
     suite::load::<ClientCases>,
 )
-.with_peer(crate::peer::serve_peer::<ClientCases>);
+.with_peer(serve_peer);
+
+/// `conform peer --protocol acp`: the scripted agent a client under test
+/// starts, or, for a script that asks for it, conform's MCP stub (the stdio
+/// MCP server agent cases give an agent).
+fn serve_peer(
+    script: std::path::PathBuf,
+    record: std::path::PathBuf,
+) -> BoxFuture<'static, std::io::Result<()>> {
+    if mcp_stub::is_stub_script(&script) {
+        Box::pin(crate::peer::serve_stdio(
+            script,
+            record,
+            mcp_stub::Stub::new,
+        ))
+    } else {
+        crate::peer::serve_peer::<ClientCases>(script, record)
+    }
+}
 
 /// The agent cases' language.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +103,9 @@ fn serve_reference(_: suite::ReferenceOptions) -> BoxFuture<'static, Result<(), 
     })
 }
 
+/// What `notes.txt` holds in a fresh workspace.
+pub const WORKSPACE_NOTES: &str = "conform notes\n";
+
 /// A fresh workspace: the `cwd` of a case's sessions, with the files the
 /// prompt script names (corpus/acp/SCRIPT.md).
 pub fn workspace() -> Result<tempfile::TempDir, String> {
@@ -90,7 +114,7 @@ pub fn workspace() -> Result<tempfile::TempDir, String> {
         .tempdir()
         .map_err(|e| format!("cannot create a workspace: {e}"))?;
     let setup = || -> std::io::Result<()> {
-        std::fs::write(dir.path().join("notes.txt"), "conform notes\n")?;
+        std::fs::write(dir.path().join("notes.txt"), WORKSPACE_NOTES)?;
         std::fs::create_dir(dir.path().join("src"))?;
         std::fs::write(dir.path().join("src/main.txt"), "fn main() {}\n")
     };
@@ -117,13 +141,12 @@ pub fn launcher_for(target: &Target) -> Result<Launcher, RunError> {
     }
 }
 
+/// The run's context, which the run keeps too (its processes, its notes).
+struct Shared(Arc<driver::Context>);
+
 /// Runs `cases` against the target and reports.
-async fn run_nth(
-    ctx: Arc<driver::Context>,
-    cases: Arc<Vec<Case<AgentCases>>>,
-    i: usize,
-) -> CaseResult {
-    ctx.run_case(&cases[i]).await
+async fn run_nth(ctx: Arc<Shared>, cases: Arc<Vec<Case<AgentCases>>>, i: usize) -> CaseResult {
+    ctx.0.run_case(&cases[i]).await
 }
 
 pub async fn run(
@@ -132,22 +155,42 @@ pub async fn run(
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let launcher = launcher_for(&options.target)?;
-    let probe = driver::probe(&launcher, options.startup_timeout)
+    let mut book = prompts::Book::builtin().map_err(RunError::Conform)?;
+    if let Some(path) = &options.prompts {
+        book = book.with_user(path).map_err(RunError::Usage)?;
+    }
+    let (probe, conn) = driver::probe(&launcher, options.startup_timeout)
         .await
-        .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
+        .map_err(|e| RunError::Target(format!("the agent could not be started: {e}")))?;
     let mut notes = Vec::new();
-    if let Err(why) = &probe.session {
+    if let Err(why) = &probe.initialize {
+        notes.push(format!(
+            "the handshake failed before the run ({why}): the handshake cases say how, and every case that needs a handshake is skipped"
+        ));
+    } else if let Err(why) = &probe.session {
         notes.push(format!(
             "no session could be created, so every case that needs one is skipped: {why}"
         ));
     }
-    let ctx = driver::Context {
+    let mut ctx = driver::Context::new(
         launcher,
-        strict: options.strict,
+        options.strict,
         probe,
-        startup: options.startup_timeout,
-    };
-    let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
+        options.startup_timeout,
+        book,
+        options.isolate,
+    );
+    ctx.selected = cases.iter().map(|c| c.id.clone()).collect();
+    match conn {
+        Some(c) if !options.isolate => ctx.give_back(c),
+        Some(c) => c.close().await,
+        None => {}
+    }
+    let ctx = Arc::new(ctx);
+    let shared = Shared(ctx.clone());
+    let results = runner::run_with(cases, options.jobs, shared, run_nth, progress).await;
+    ctx.close_pool().await;
+    notes.extend(ctx.notes());
     notes.push(coverage_note(&results));
     Ok(AGENT.report(options, results, notes))
 }

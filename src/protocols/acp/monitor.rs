@@ -17,33 +17,69 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// The requirement each watched rule belongs to (ids of the catalogue).
 pub mod rules {
     pub const STDOUT_ONLY: &str = "acp.transport.stdout-only-messages";
+    pub const NEWLINE_DELIMITED: &str = "acp.transport.newline-delimited-agent";
+    pub const STDIO_STREAMS: &str = "acp.transport.stdio-streams";
+    pub const SINGLE_MESSAGES: &str = "acp.transport.single-messages";
     pub const UTF8: &str = "acp.transport.utf8-agent";
     pub const ENVELOPE: &str = "acp.jsonrpc.envelope";
+    pub const RESULT_FIELD: &str = "acp.error.result-field";
+    pub const ERROR_OBJECT: &str = "acp.error.error-object";
     pub const ID_ECHO: &str = "acp.jsonrpc.id-echo";
+    pub const ID_INT64: &str = "acp.jsonrpc.id-int64";
+    pub const REPLY: &str = "acp.jsonrpc.reply-to-request";
     pub const NOTIFICATION_UNANSWERED: &str = "acp.error.no-response-to-notification";
     pub const SCHEMA: &str = "acp.schema.agent-messages";
     pub const ABSOLUTE_PATHS: &str = "acp.general.absolute-paths-agent";
+    pub const LINES_ONE_BASED: &str = "acp.general.line-numbers-one-based";
     pub const SESSION_BOUND: &str = "acp.session.known-id";
     pub const UPDATES_BEFORE_RESPONSE: &str = "acp.cancel.updates-before-response";
+    pub const STOP_AFTER_CANCEL: &str = "acp.cancel.stop-work";
     pub const LOAD_REPLAY_BEFORE_RESPONSE: &str = "acp.load.respond-after-replay";
     pub const RESUME_NO_REPLAY: &str = "acp.session.resume-no-replay";
+    pub const TOOL_ID_UNIQUE: &str = "acp.tool.call-id-unique";
+    pub const TOOL_UPDATE_ANNOUNCED: &str = "acp.tool.update-announced";
+    pub const REJECTED_NOT_RUN: &str = "acp.tool.rejected-not-run";
 
-    /// The rules checked on every line of every case, whatever it does.
-    pub const EVERY_MESSAGE: &[&str] = &[STDOUT_ONLY, UTF8, ENVELOPE, ID_ECHO, SCHEMA];
+    /// The rules checked on every line of every case, whatever it does: any
+    /// case that ran exercised them.
+    pub const EVERY_MESSAGE: &[&str] = &[
+        STDOUT_ONLY,
+        NEWLINE_DELIMITED,
+        STDIO_STREAMS,
+        SINGLE_MESSAGES,
+        UTF8,
+        ENVELOPE,
+        RESULT_FIELD,
+        ERROR_OBJECT,
+        ID_ECHO,
+        SCHEMA,
+    ];
 
     /// Every id above, for the test that checks them against the catalogue.
     pub const ALL: &[&str] = &[
         STDOUT_ONLY,
+        NEWLINE_DELIMITED,
+        STDIO_STREAMS,
+        SINGLE_MESSAGES,
         UTF8,
         ENVELOPE,
+        RESULT_FIELD,
+        ERROR_OBJECT,
         ID_ECHO,
+        ID_INT64,
+        REPLY,
         NOTIFICATION_UNANSWERED,
         SCHEMA,
         ABSOLUTE_PATHS,
+        LINES_ONE_BASED,
         SESSION_BOUND,
         UPDATES_BEFORE_RESPONSE,
+        STOP_AFTER_CANCEL,
         LOAD_REPLAY_BEFORE_RESPONSE,
         RESUME_NO_REPLAY,
+        TOOL_ID_UNIQUE,
+        TOOL_UPDATE_ANNOUNCED,
+        REJECTED_NOT_RUN,
     ];
 }
 
@@ -138,7 +174,47 @@ pub struct Monitor {
     null_id_requests: usize,
     null_id_results: usize,
     seen_violation: BTreeSet<(String, String)>,
+    /// What each session's turns did with tool calls, permissions and cancels.
+    flows: HashMap<String, Flow>,
+    /// The agent's requests conform has not answered yet, by id key: what
+    /// conform's answer means depends on what was asked.
+    asked: HashMap<String, (String, Value)>,
+    /// Requirements whose triggering behaviour this connection showed.
+    pub exercised: BTreeSet<&'static str>,
+    /// Fields at the root of a result that the vendored schema does not
+    /// define: (method, field).
+    pub unknown_root_fields: BTreeSet<(String, String)>,
 }
+
+/// The most tool call ids (and agent requests) a connection keeps track of:
+/// a flood of them does not grow conform.
+const TRACKED: usize = 10_000;
+
+/// What conform knows of one session's tool calls, permissions and cancel.
+#[derive(Debug, Default)]
+struct Flow {
+    /// Prompts conform sent on the session (the current turn's number).
+    turns: usize,
+    /// Tool call id -> the turn it was announced in.
+    announced: HashMap<String, usize>,
+    /// Turns in which the agent announced a tool call.
+    turns_with_tools: BTreeSet<usize>,
+    /// Tool calls whose permission conform rejected, or answered `cancelled`.
+    rejected: BTreeSet<String>,
+    cancelled: BTreeSet<String>,
+    /// A tool call rejected in this turn with no other announced since:
+    /// the client requests that follow would run it.
+    after_reject: Option<String>,
+    /// conform sent session/cancel during this turn.
+    cancel_sent: bool,
+    /// ...and has answered a request of the agent since, so the agent has
+    /// read the cancel: from here on a new tool runs after it.
+    cancel_read: bool,
+}
+
+/// Client requests that carry out a tool: what must not follow a rejection
+/// (or, as far as the agent can help it, a cancel).
+const RUNS_A_TOOL: &[&str] = &["fs/read_text_file", "fs/write_text_file", "terminal/create"];
 
 /// The map key of a request id: its JSON text, so 1 and "1" differ.
 pub fn id_key(id: &Value) -> String {
@@ -151,6 +227,30 @@ impl Monitor {
             client_capabilities: Value::Object(Map::new()),
             ..Monitor::default()
         }
+    }
+
+    /// The view of a connection that shook hands before the case: the
+    /// client advertised `client_capabilities`, the agent answered
+    /// `agent_capabilities`, and gave the sessions `sessions` (idle).
+    pub fn resumed(
+        client_capabilities: Value,
+        agent_capabilities: Option<Value>,
+        sessions: &[String],
+    ) -> Monitor {
+        Monitor {
+            client_capabilities,
+            agent_capabilities: Some(agent_capabilities.unwrap_or(Value::Object(Map::new()))),
+            sessions: sessions
+                .iter()
+                .map(|s| (s.clone(), SessionState::Idle))
+                .collect(),
+            ..Monitor::default()
+        }
+    }
+
+    /// Every session the connection knows of so far.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions.keys().cloned().collect()
     }
 
     /// The agent's capabilities from its `initialize` result, once known.
@@ -174,7 +274,13 @@ impl Monitor {
 
     /// Records a message conform wrote. Returns the key of a request.
     pub fn sent(&mut self, message: &Value) -> Option<String> {
-        let method = message.get("method").and_then(Value::as_str)?;
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            // conform's answer to a request of the agent.
+            if let Some(id) = message.get("id") {
+                self.answered_agent(id, message.get("result"));
+            }
+            return None;
+        };
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         if method == "initialize" {
             self.client_capabilities = params
@@ -182,8 +288,22 @@ impl Monitor {
                 .cloned()
                 .unwrap_or(Value::Object(Map::new()));
         }
+        if method == "session/cancel"
+            && let Some(session) = params.get("sessionId").and_then(Value::as_str)
+            && self.turn_running(session)
+        {
+            self.flows
+                .entry(session.to_owned())
+                .or_default()
+                .cancel_sent = true;
+        }
         let id = message.get("id")?;
         let key = id_key(id);
+        if method == "session/prompt"
+            && let Some(session) = params.get("sessionId").and_then(Value::as_str)
+        {
+            self.flows.entry(session.to_owned()).or_default().turns += 1;
+        }
         if let Some(session) = params.get("sessionId").and_then(Value::as_str) {
             let state = match method {
                 "session/prompt" => Some(SessionState::Turn(key.clone())),
@@ -204,6 +324,57 @@ impl Monitor {
             },
         );
         Some(key)
+    }
+
+    /// conform answered the agent's request `id` (with `result`, or an
+    /// error): a permission it rejected or cancelled, or any answer after a
+    /// cancel, which the agent then has read.
+    fn answered_agent(&mut self, id: &Value, result: Option<&Value>) {
+        let Some((method, params)) = self.asked.remove(&id_key(id)) else {
+            return;
+        };
+        let Some(session) = params.get("sessionId").and_then(Value::as_str) else {
+            return;
+        };
+        let flow = self.flows.entry(session.to_owned()).or_default();
+        if flow.cancel_sent {
+            flow.cancel_read = true;
+        }
+        if method != "session/request_permission" {
+            return;
+        }
+        let Some(tool) = params
+            .pointer("/toolCall/toolCallId")
+            .and_then(Value::as_str)
+        else {
+            return;
+        };
+        let outcome = result.and_then(|r| r.get("outcome"));
+        match outcome
+            .and_then(|o| o.get("outcome"))
+            .and_then(Value::as_str)
+        {
+            Some("selected") => {
+                let chosen = outcome.and_then(|o| o.get("optionId"));
+                let kind = params
+                    .get("options")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|o| o.get("optionId") == chosen)
+                    .and_then(|o| o.get("kind"))
+                    .and_then(Value::as_str);
+                if matches!(kind, Some("reject_once" | "reject_always")) {
+                    flow.rejected.insert(tool.to_owned());
+                    flow.after_reject = Some(tool.to_owned());
+                    self.exercised.insert(rules::REJECTED_NOT_RUN);
+                }
+            }
+            Some("cancelled") => {
+                flow.cancelled.insert(tool.to_owned());
+            }
+            _ => {}
+        }
     }
 
     /// Records that conform wrote something that is not a request it expects
@@ -378,7 +549,18 @@ impl Monitor {
                 );
             }
         }
-        self.known_session(&params, &what);
+        let session = self.known_session(&params, &what);
+        // "Line numbers are 1-based"
+        if method == "fs/read_text_file" {
+            self.check_line(params.get("line"), &what);
+        }
+        if let Some(session) = &session {
+            self.tool_request(session, &method, &params, &what);
+        }
+        if self.asked.len() < TRACKED {
+            self.asked
+                .insert(id_key(&id), (method.clone(), params.clone()));
+        }
         if let Some(kept) = self.kept.admit(params.clone()) {
             self.agent_requests.push(AgentRequest {
                 id: id.clone(),
@@ -388,6 +570,152 @@ impl Monitor {
             });
         }
         Incoming::Request { id, method, params }
+    }
+
+    /// "Line numbers are 1-based": a line number below 1 is not one.
+    fn check_line(&mut self, line: Option<&Value>, what: &str) {
+        let Some(line) = line.filter(|l| !l.is_null()) else {
+            return;
+        };
+        self.exercised.insert(rules::LINES_ONE_BASED);
+        if line.as_f64().is_some_and(|n| n < 1.0) {
+            self.violate(
+                rules::LINES_ONE_BASED,
+                Kind::Rule,
+                format!("{what} has the line number {line}; line numbers are 1-based"),
+            );
+        }
+    }
+
+    /// The lines of a tool call's `locations`.
+    fn check_locations(&mut self, tool: &Value, what: &str) {
+        let lines: Vec<Value> = tool
+            .get("locations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.get("line").cloned())
+            .collect();
+        for line in lines {
+            self.check_line(Some(&line), what);
+        }
+    }
+
+    /// A client request of the agent in `session`'s turn: a permission
+    /// request may introduce its tool call; a request that carries out a
+    /// tool must not follow a rejection, nor (a SHOULD) a cancel.
+    fn tool_request(&mut self, session: &str, method: &str, params: &Value, what: &str) {
+        let flow = self.flows.entry(session.to_owned()).or_default();
+        if method == "session/request_permission" {
+            let tool = params.get("toolCall").cloned().unwrap_or(Value::Null);
+            if let Some(id) = tool.get("toolCallId").and_then(Value::as_str) {
+                if flow.announced.len() < TRACKED {
+                    flow.announced.entry(id.to_owned()).or_insert(flow.turns);
+                }
+                if flow.after_reject.as_deref() != Some(id) {
+                    flow.after_reject = None;
+                }
+            }
+            self.check_locations(&tool, what);
+            return;
+        }
+        if !RUNS_A_TOOL.contains(&method) {
+            return;
+        }
+        let after_reject = flow.after_reject.clone();
+        let after_cancel = flow.cancel_read;
+        if let Some(tool) = after_reject {
+            // "`reject_once` - Reject this operation only this time"
+            self.violate(
+                rules::REJECTED_NOT_RUN,
+                Kind::Unexpected,
+                format!(
+                    "{what} came after the client rejected tool call {tool:?} in session {session:?}, with no other tool call announced since: the rejected operation ran"
+                ),
+            );
+        } else if after_cancel {
+            // "When the Agent receives this notification, it SHOULD stop all
+            // language model requests and all tool call invocations as soon
+            // as possible."
+            self.violate(
+                rules::STOP_AFTER_CANCEL,
+                Kind::Unexpected,
+                format!(
+                    "{what} came after the client cancelled the turn of session {session:?} (and answered a request since, so the agent had read the cancel)"
+                ),
+            );
+        }
+    }
+
+    /// A `tool_call` or `tool_call_update` of `session`.
+    fn tool_update(&mut self, session: &str, kind: &str, update: &Value) {
+        let Some(id) = update.get("toolCallId").and_then(Value::as_str) else {
+            return;
+        };
+        let id = id.to_owned();
+        let status = update.get("status").and_then(Value::as_str);
+        let what = format!("a {kind} update of tool call {id:?}");
+        self.check_locations(update, &what);
+        let flow = self.flows.entry(session.to_owned()).or_default();
+        let turn = flow.turns;
+        if kind == "tool_call" {
+            let earlier = flow.announced.get(&id).copied();
+            flow.turns_with_tools.insert(turn);
+            if flow.announced.len() < TRACKED {
+                flow.announced.entry(id.clone()).or_insert(turn);
+            }
+            if flow.after_reject.as_deref() != Some(id.as_str()) {
+                flow.after_reject = None;
+            }
+            let several_turns = flow.turns_with_tools.len() > 1;
+            if several_turns {
+                self.exercised.insert(rules::TOOL_ID_UNIQUE);
+            }
+            // "A unique identifier for this tool call within the session"
+            if let Some(t) = earlier
+                && t != turn
+            {
+                self.violate(
+                    rules::TOOL_ID_UNIQUE,
+                    Kind::Rule,
+                    format!(
+                        "a tool_call announces the id {id:?} in turn {turn} of session {session:?}, which the agent announced in turn {t} already: tool call ids are unique within the session"
+                    ),
+                );
+            }
+            return;
+        }
+        let announced = flow.announced.contains_key(&id);
+        let rejected = flow.rejected.contains(&id);
+        let cancelled = flow.cancelled.contains(&id);
+        self.exercised.insert(rules::TOOL_UPDATE_ANNOUNCED);
+        // "The ID of the tool call being updated."
+        if !announced {
+            self.violate(
+                rules::TOOL_UPDATE_ANNOUNCED,
+                Kind::Rule,
+                format!(
+                    "{what} in session {session:?}: the agent never announced that tool call (no tool_call update, no permission request named it)"
+                ),
+            );
+        }
+        if status == Some("completed") && rejected {
+            self.violate(
+                rules::REJECTED_NOT_RUN,
+                Kind::Unexpected,
+                format!(
+                    "{what} reports it completed, although the client rejected its permission request: the rejected operation ran"
+                ),
+            );
+        } else if status == Some("completed") && cancelled {
+            self.violate(
+                rules::STOP_AFTER_CANCEL,
+                Kind::Unexpected,
+                format!(
+                    "{what} reports it completed after the client answered its permission request `cancelled`"
+                ),
+            );
+        }
     }
 
     fn notification(&mut self, method: String, o: Map<String, Value>) -> Incoming {
@@ -402,6 +730,9 @@ impl Monitor {
             if let Some(session) = self.known_session(&params, &format!("a {kind} update")) {
                 self.check_update_timing(&session, &kind);
                 let update = params.get("update").cloned().unwrap_or(Value::Null);
+                if kind == "tool_call" || kind == "tool_call_update" {
+                    self.tool_update(&session, &kind, &update);
+                }
                 if let Some(update) = self.kept.admit(update) {
                     self.updates.push((session, update, self.turns_ended));
                 }
@@ -420,7 +751,22 @@ impl Monitor {
         if !table::TURN_UPDATES.contains(&kind) {
             return;
         }
+        let running: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(s, st)| s.as_str() != session && matches!(st, SessionState::Turn(_)))
+            .map(|(s, _)| s.clone())
+            .collect();
         match self.sessions.get(session) {
+            // "The ID of the session this update pertains to.": with a turn
+            // running in another session only, the update is that turn's.
+            Some(SessionState::Idle | SessionState::Loaded) if running.len() == 1 => self.violate(
+                rules::SESSION_BOUND, Kind::Rule,
+                format!(
+                    "a {kind} update names session {session:?}, which has no turn running, while the turn of session {:?} runs: the update names the wrong session",
+                    running[0]
+                ),
+            ),
             // "The Agent MAY send session/update notifications ... after
             // receiving the session/cancel notification, but it MUST ensure
             // that it does so before responding to the session/prompt request."
@@ -506,6 +852,25 @@ impl Monitor {
                     outcome: Err(error),
                 };
             }
+            // 2^53 + 1 answered as 2^53: a parser that reads numbers as
+            // doubles (RFC 8259 section 6 allows it), not the schema's int64.
+            if let Some(near) = self
+                .outstanding
+                .values()
+                .find(|p| rounded_to_double(&p.id, &id))
+                .cloned()
+            {
+                self.violate(
+                    rules::ID_INT64,
+                    Kind::Envelope,
+                    format!(
+                        "the response to {} has id {id}, the request's id was {}: the id came back rounded to the nearest double. The schema types a numeric id as int64 (RequestId), so it should come back exactly; RFC 8259 section 6 lets a JSON parser limit numbers to binary64, so this is graded SHOULD (ids within 2^53 must come back exactly)",
+                        near.method, near.id
+                    ),
+                );
+                self.outstanding.remove(&id_key(&near.id));
+                return self.answered(id_key(&near.id), near, o);
+            }
             // Same id, other JSON type: 7 answered as "7", or the reverse.
             if let Some(near) = self
                 .outstanding
@@ -551,6 +916,7 @@ impl Monitor {
                     && !(result.is_null() && schema::schema().requires_nothing(&def))
                 {
                     self.check_schema(&def, &format!("the result of {}", out.method), &result);
+                    self.note_root_fields(&out.method, &def, &result);
                 }
                 Ok(result)
             }
@@ -560,6 +926,21 @@ impl Monitor {
             key,
             method: out.method,
             outcome,
+        }
+    }
+
+    /// Fields at the root of a result that the vendored schema does not
+    /// define, kept for the case that reports them.
+    fn note_root_fields(&mut self, method: &str, def: &str, result: &Value) {
+        let (Some(known), Some(fields)) = (schema::schema().root_fields(def), result.as_object())
+        else {
+            return;
+        };
+        for field in fields.keys() {
+            if !known.contains(&field.as_str()) && self.unknown_root_fields.len() < 64 {
+                self.unknown_root_fields
+                    .insert((method.to_owned(), field.clone()));
+            }
         }
     }
 
@@ -587,6 +968,11 @@ impl Monitor {
             }
             ("session/prompt", _) => {
                 self.turns_ended += 1;
+                if let Some(flow) = session.as_ref().and_then(|s| self.flows.get_mut(s)) {
+                    flow.after_reject = None;
+                    flow.cancel_sent = false;
+                    flow.cancel_read = false;
+                }
                 if let Some(s) = session {
                     self.sessions.insert(s, SessionState::Idle);
                 }
@@ -683,7 +1069,7 @@ impl Watch for Monitor {
     fn ended_inside(&mut self, partial: &[u8]) -> Option<Finding> {
         Monitor::received(self, partial);
         Some(Finding::new(
-            None,
+            Some(rules::NEWLINE_DELIMITED),
             Kind::Framing,
             format!(
                 "the agent's last {} bytes on stdout had no newline",
@@ -702,6 +1088,31 @@ impl Watch for Monitor {
     fn kept_note(&self) -> Option<String> {
         self.kept.note()
     }
+
+    fn exercised(&self) -> Vec<String> {
+        self.exercised.iter().map(|r| (*r).to_owned()).collect()
+    }
+
+    /// "When a rpc call is made, the Server MUST reply with a Response".
+    fn unanswered_rule(&self) -> Option<&'static str> {
+        Some(rules::REPLY)
+    }
+}
+
+/// An integer id beyond 2^53 and a number equal to it as a double: what a
+/// parser that reads numbers as doubles answers.
+fn rounded_to_double(sent: &Value, got: &Value) -> bool {
+    const EXACT: u64 = 1 << 53;
+    let beyond = sent
+        .as_i64()
+        .map(|n| n.unsigned_abs() > EXACT)
+        .or_else(|| sent.as_u64().map(|n| n > EXACT))
+        .unwrap_or(false);
+    beyond
+        && got.is_number()
+        && sent != got
+        && sent.as_f64().is_some()
+        && sent.as_f64() == got.as_f64()
 }
 
 /// 7 and "7", or 7 and 7.0: the same id in another JSON type.

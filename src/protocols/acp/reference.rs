@@ -25,7 +25,9 @@ enum Stage {
     TerminalWait(String),
     TerminalOutput(String),
     TerminalRelease(String),
-    Permission,
+    /// Waiting for the answer to a permission request; then, when allowed,
+    /// this write (path, text).
+    Permission(Option<(String, String)>),
 }
 
 #[derive(Debug)]
@@ -38,6 +40,8 @@ struct Turn {
     deadline: Instant,
     /// What the agent said in the turn, for the history.
     said: Vec<String>,
+    /// The tool call the turn's work is reported under.
+    tool: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +63,9 @@ pub struct Agent {
     next_session: u64,
     next_request: u64,
     next_tool_call: u64,
+    /// Stdio MCP servers a session asked for, not yet connected to:
+    /// (cwd, server). The stdio loop connects (`serve_on`).
+    pub mcp_pending: Vec<(String, Value)>,
 }
 
 fn message(id: &Value, result: Value) -> Value {
@@ -223,6 +230,12 @@ impl Agent {
                         "Invalid params: cwd must be an absolute path",
                     )];
                 }
+                // "All Agents MUST support connecting to MCP servers via stdio"
+                for server in params["mcpServers"].as_array().into_iter().flatten() {
+                    if server.get("command").is_some() {
+                        self.mcp_pending.push((cwd.clone(), server.clone()));
+                    }
+                }
                 self.next_session += 1;
                 let sid = format!("ref-{}-{}", std::process::id(), self.next_session);
                 self.sessions.insert(
@@ -381,6 +394,55 @@ impl Agent {
         chunk(session, false, text)
     }
 
+    /// `path` as an absolute path: a relative one is the session cwd's.
+    fn absolute(&self, session: &str, path: &str) -> String {
+        match self.sessions.get(session) {
+            Some(d) if !path.starts_with('/') => {
+                format!("{}/{path}", d.cwd.trim_end_matches('/'))
+            }
+            _ => path.to_owned(),
+        }
+    }
+
+    /// A tool call id unique within the agent (so within every session).
+    fn new_tool_call(&mut self, session: &str) -> String {
+        self.next_tool_call += 1;
+        let call = format!("call-{}", self.next_tool_call);
+        if let Some(t) = self.turns.get_mut(session) {
+            t.tool = Some(call.clone());
+        }
+        call
+    }
+
+    /// "When the language model requests a tool invocation, the Agent
+    /// SHOULD report it to the Client", then marks it in progress.
+    fn start_tool(&mut self, session: &str, kind: &str, title: &str) -> Vec<Value> {
+        let call = self.new_tool_call(session);
+        vec![
+            update(
+                session,
+                json!({"sessionUpdate": "tool_call", "toolCallId": call,
+                "title": title, "kind": kind, "status": "pending"}),
+            ),
+            update(
+                session,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": call,
+                "status": "in_progress"}),
+            ),
+        ]
+    }
+
+    /// The final status of the turn's tool call, if it has one.
+    fn finish_tool(&mut self, session: &str, status: &str) -> Vec<Value> {
+        let Some(call) = self.turns.get_mut(session).and_then(|t| t.tool.take()) else {
+            return vec![];
+        };
+        vec![update(
+            session,
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": call, "status": status}),
+        )]
+    }
+
     fn prompt(&mut self, id: &Value, s: &str, params: &Value, now: Instant) -> Vec<Value> {
         if self.turns.contains_key(s) {
             return vec![error(
@@ -417,6 +479,7 @@ impl Agent {
                 cancelled: false,
                 deadline: now + WAIT_LIMIT,
                 said: vec![],
+                tool: None,
             },
         );
         let first = text.lines().next().unwrap_or_default();
@@ -425,21 +488,28 @@ impl Agent {
             None => ("", ""),
         };
         let mut out = Vec::new();
+        let mut words = rest.split(' ').filter(|w| !w.is_empty());
         let stage = match directive {
             "echo" => {
                 out.push(self.say(s, rest));
                 None
             }
-            "read" if self.can("/fs/readTextFile") => {
-                out.push(self.send_request(
-                    s,
-                    "fs/read_text_file",
-                    json!({"sessionId": s, "path": rest}),
-                ));
+            "read" | "read-from" if self.can("/fs/readTextFile") => {
+                // "All file paths in the protocol MUST be absolute": a path
+                // the prompt gives relative is the session cwd's.
+                let path = self.absolute(s, words.next().unwrap_or_default());
+                out.extend(self.start_tool(s, "read", &format!("Read {path}")));
+                let mut params = json!({"sessionId": s, "path": path});
+                if let Some(line) = words.next().and_then(|l| l.parse::<u64>().ok()) {
+                    params["line"] = json!(line);
+                }
+                out.push(self.send_request(s, "fs/read_text_file", params));
                 Some(Stage::Read)
             }
             "write" if self.can("/fs/writeTextFile") => {
                 let (path, content) = rest.split_once(' ').unwrap_or((rest, ""));
+                let path = self.absolute(s, path);
+                out.extend(self.start_tool(s, "edit", &format!("Write {path}")));
                 out.push(self.send_request(
                     s,
                     "fs/write_text_file",
@@ -448,9 +518,9 @@ impl Agent {
                 Some(Stage::Write)
             }
             "terminal" if self.can("/terminal") => {
-                let mut words = rest.split(' ').filter(|w| !w.is_empty());
-                let command = words.next().unwrap_or("true");
+                let command = words.next().unwrap_or("true").to_owned();
                 let args: Vec<&str> = words.collect();
+                out.extend(self.start_tool(s, "execute", &format!("Run {command}")));
                 out.push(self.send_request(
                     s,
                     "terminal/create",
@@ -458,20 +528,23 @@ impl Agent {
                 ));
                 Some(Stage::TerminalCreate)
             }
-            "read" | "write" | "terminal" => {
-                out.push(self.say(
-                    s,
-                    &format!("the client does not offer what `{directive}` needs"),
-                ));
+            "read" | "read-from" | "write" | "terminal" => {
+                // The client offers no way: the tool is reported, and fails.
+                let why = format!("the client does not offer what `{directive}` needs");
+                out.extend(self.start_tool(s, "other", directive));
+                out.extend(self.finish_tool(s, "failed"));
+                out.push(self.say(s, &why));
                 None
             }
             "permission" => {
-                self.next_tool_call += 1;
-                let call = format!("call-{}", self.next_tool_call);
+                let write = rest
+                    .split_once(' ')
+                    .map(|(p, t)| (p.to_owned(), t.to_owned()));
+                let call = self.new_tool_call(s);
                 out.push(update(
                     s,
                     json!({"sessionUpdate": "tool_call", "toolCallId": call,
-                    "title": "Edit notes.txt", "kind": "edit", "status": "pending"}),
+                    "title": "Edit a file", "kind": "edit", "status": "pending"}),
                 ));
                 out.push(self.send_request(
                     s,
@@ -482,11 +555,10 @@ impl Agent {
                         {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]}),
                 ));
-                Some(Stage::Permission)
+                Some(Stage::Permission(write))
             }
             "tool" => {
-                self.next_tool_call += 1;
-                let call = format!("call-{}", self.next_tool_call);
+                let call = self.new_tool_call(s);
                 out.push(update(
                     s,
                     json!({"sessionUpdate": "tool_call", "toolCallId": call,
@@ -506,12 +578,16 @@ impl Agent {
                 None
             }
             "plan" => {
-                out.push(update(
-                    s,
-                    json!({"sessionUpdate": "plan", "entries": [
-                    {"content": "Read the notes", "priority": "high", "status": "in_progress"},
-                    {"content": "Answer", "priority": "medium", "status": "pending"}]}),
-                ));
+                // "The Agent MUST send a complete list of all plan entries in
+                // each update and their current status."
+                for (first, second) in [("in_progress", "pending"), ("completed", "completed")] {
+                    out.push(update(
+                        s,
+                        json!({"sessionUpdate": "plan", "entries": [
+                        {"content": "Read the notes", "priority": "high", "status": first},
+                        {"content": "Answer", "priority": "medium", "status": second}]}),
+                    ));
+                }
                 None
             }
             "wait" => Some(Stage::Waiting),
@@ -574,12 +650,24 @@ impl Agent {
         let mut out = Vec::new();
         match stage {
             Stage::Read => {
+                let status = if cancelled || outcome.is_err() {
+                    "failed"
+                } else {
+                    "completed"
+                };
+                out.extend(self.finish_tool(&s, status));
                 if !cancelled {
                     let text = text_of(&outcome, "content");
                     out.push(self.say(&s, &text));
                 }
             }
             Stage::Write => {
+                let status = if cancelled || outcome.is_err() {
+                    "failed"
+                } else {
+                    "completed"
+                };
+                out.extend(self.finish_tool(&s, status));
                 if !cancelled {
                     out.push(self.say(&s, "written"));
                 }
@@ -602,6 +690,7 @@ impl Agent {
                     self.set_stage(&s, next, &t);
                     return out;
                 }
+                out.extend(self.finish_tool(&s, "failed"));
                 out.push(self.say(&s, &text_of(&outcome, "terminalId")));
             }
             Stage::TerminalWait(t) => {
@@ -625,30 +714,45 @@ impl Agent {
                 return out;
             }
             Stage::TerminalRelease(text) => {
+                let status = if cancelled { "failed" } else { "completed" };
+                out.extend(self.finish_tool(&s, status));
                 if !cancelled {
                     out.push(self.say(&s, &text));
                 }
             }
-            Stage::Permission => {
+            Stage::Permission(write) => {
                 let chosen = outcome
                     .as_ref()
                     .ok()
                     .and_then(|r| r.pointer("/outcome/optionId"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                let call = format!("call-{}", self.next_tool_call);
                 match chosen.as_deref() {
+                    // The client answers `cancelled` once it cancelled the
+                    // turn: the tool does not run, and the client marks it.
                     _ if cancelled => {}
-                    Some("allow") => out.push(update(
-                        &s,
-                        json!({"sessionUpdate": "tool_call_update",
-                        "toolCallId": call, "status": "completed"}),
-                    )),
-                    _ => out.push(update(
-                        &s,
-                        json!({"sessionUpdate": "tool_call_update",
-                        "toolCallId": call, "status": "failed"}),
-                    )),
+                    Some("allow") => {
+                        let call = self.turns.get(&s).and_then(|t| t.tool.clone());
+                        out.push(update(
+                            &s,
+                            json!({"sessionUpdate": "tool_call_update",
+                            "toolCallId": call, "status": "in_progress"}),
+                        ));
+                        match write {
+                            Some((path, content)) if self.can("/fs/writeTextFile") => {
+                                out.push(self.send_request(
+                                    &s,
+                                    "fs/write_text_file",
+                                    json!({"sessionId": s, "path": path, "content": content}),
+                                ));
+                                self.set_stage(&s, Stage::Write, "");
+                                return out;
+                            }
+                            _ => out.extend(self.finish_tool(&s, "completed")),
+                        }
+                    }
+                    // "`reject_once` - Reject this operation only this time"
+                    _ => out.extend(self.finish_tool(&s, "failed")),
                 }
             }
             Stage::Waiting => {}
@@ -721,12 +825,137 @@ impl Served for Agent {
     }
 }
 
+/// The reference agent with its stdio: it connects to the MCP servers its
+/// sessions name.
+struct Connected {
+    agent: Agent,
+    /// The connections to MCP servers, ended with the agent.
+    mcp: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Served for Connected {
+    fn codec(&self) -> Codec {
+        self.agent.codec()
+    }
+
+    fn handle(&mut self, line: &[u8], now: Instant) -> Vec<Out> {
+        let out = Served::handle(&mut self.agent, line, now);
+        for (cwd, server) in std::mem::take(&mut self.agent.mcp_pending) {
+            self.mcp.push(tokio::spawn(connect_mcp(cwd, server)));
+        }
+        out
+    }
+
+    fn refused(&mut self, why: &Refused, now: Instant) -> (Vec<Out>, AfterRefusal) {
+        self.agent.refused(why, now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        Agent::next_deadline(&self.agent)
+    }
+
+    fn tick(&mut self, now: Instant) -> Vec<Out> {
+        Served::tick(&mut self.agent, now)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        for task in &self.mcp {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the stdio MCP server `server` in `cwd` and shakes hands with it:
+/// MCP's `initialize`, `notifications/initialized` and `tools/list`, each
+/// answer awaited at most 5 s; then keeps it until the agent ends. A server
+/// that fails is left alone: the session stands.
+async fn connect_mcp(cwd: String, server: Value) {
+    use crate::matcher::shell_quote;
+    use crate::transport::stdio::{Launcher, StreamEvent};
+    let command = server["command"].as_str().unwrap_or_default();
+    let args: Vec<String> = server["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(shell_quote))
+        .collect();
+    let env: Vec<(String, String)> = server["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?.to_owned(),
+                v["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let env: Vec<(&str, &std::ffi::OsStr)> = env
+        .iter()
+        .map(|(k, v)| (k.as_str(), std::ffi::OsStr::new(v.as_str())))
+        .collect();
+    let line = format!(
+        "cd {} && exec {} {}",
+        shell_quote(&cwd),
+        shell_quote(command),
+        args.join(" ")
+    );
+    let Ok(mut stream) = Launcher::Command(line).start(&env, Codec::Lines { limit: LINE_LIMIT })
+    else {
+        return;
+    };
+    let within = Duration::from_secs(5);
+    let messages = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "conform-reference-agent", "version": env!("CARGO_PKG_VERSION")}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
+    ];
+    for m in messages {
+        if stream
+            .send(format!("{m}\n").as_bytes(), within)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Some(id) = m.get("id") else { continue };
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            match stream.next(until).await {
+                Some((_, StreamEvent::Line(l))) => {
+                    if serde_json::from_slice::<Value>(&l).is_ok_and(|v| v.get("id") == Some(id)) {
+                        break;
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+    // Keep the server until the agent ends (its stdout read, so it never blocks).
+    while let Some((_, ev)) = stream
+        .next(tokio::time::Instant::now() + Duration::from_secs(3600))
+        .await
+    {
+        if matches!(ev, StreamEvent::Closed { .. }) {
+            break;
+        }
+    }
+}
+
 /// Serves the reference agent on `input` and `output` until the input ends.
 pub async fn serve_on(
     input: impl tokio::io::AsyncRead + Unpin,
     output: impl tokio::io::AsyncWrite + Unpin,
 ) -> std::io::Result<()> {
-    crate::transport::serve::serve(&mut Agent::new(), input, output).await
+    let mut agent = Connected {
+        agent: Agent::new(),
+        mcp: Vec::new(),
+    };
+    crate::transport::serve::serve(&mut agent, input, output).await
 }
 
 /// Serves the reference agent on this process's stdin and stdout until

@@ -152,6 +152,13 @@ impl Schema {
         true
     }
 
+    /// The fields definition `def` names at its root (its `properties`),
+    /// or `None` when it is no object with properties of its own.
+    pub fn root_fields(&self, def: &str) -> Option<Vec<&str>> {
+        let props = self.definition(def)?.get("properties")?.as_object()?;
+        Some(props.keys().map(String::as_str).collect())
+    }
+
     /// Whether definition `def` is an object with no required field, so
     /// that `null` may stand for it: the pages' own examples answer
     /// `session/load` and `fs/write_text_file` with `null` where the schema

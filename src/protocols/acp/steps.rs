@@ -76,6 +76,11 @@ pub enum Profile {
     /// fs read and write, and terminals.
     #[default]
     All,
+    /// Every capability present and `false`: `{"fs": {"readTextFile":
+    /// false, "writeTextFile": false}, "terminal": false}`.
+    FsFalse,
+    /// `{"fs": {}}`: the fs object with nothing in it.
+    FsEmpty,
 }
 
 impl Profile {
@@ -88,6 +93,8 @@ impl Profile {
             Profile::Fs => serde_json::json!({"fs": fs(true, true), "terminal": false}),
             Profile::Terminal => serde_json::json!({"fs": fs(false, false), "terminal": true}),
             Profile::All => serde_json::json!({"fs": fs(true, true), "terminal": true}),
+            Profile::FsFalse => serde_json::json!({"fs": fs(false, false), "terminal": false}),
+            Profile::FsEmpty => serde_json::json!({"fs": {}}),
         }
     }
 }
@@ -124,9 +131,14 @@ pub struct Config {
     pub client: Profile,
     pub setup: Setup,
     pub permission: Permission,
-    /// Methods of the agent's requests conform holds unanswered until a
-    /// `release` step (or a `cancel`, for permission requests).
+    /// Methods of the agent's requests conform may hold back (`*` for any):
+    /// the first request of the agent among them is held unanswered until a
+    /// `cancel` (a permission then gets the `cancelled` outcome, any other
+    /// request its answer) or a `release`; later ones are answered.
     pub withhold: Vec<String>,
+    /// Give the steps `${mcpStub}`: a stdio MCP server (conform's own stub)
+    /// to put in `mcpServers`, which records what the agent sends it.
+    pub mcp: bool,
 }
 
 impl crate::case::Config for Config {}
@@ -146,6 +158,9 @@ pub struct Extra {
     pub cancel: Option<String>,
     /// Answer every request held back by `withhold`.
     pub release: bool,
+    /// Wait at most this many seconds for the agent to connect to the MCP
+    /// stub (`initialize` and `tools/list`); not connecting fails the case.
+    pub mcp_connected: Option<f64>,
 }
 
 /// The dialect's own actions.
@@ -154,6 +169,7 @@ pub enum Own {
     Prompt(Prompt),
     Cancel(String),
     Release,
+    McpConnected(f64),
 }
 
 impl Language for Lang {
@@ -161,20 +177,30 @@ impl Language for Lang {
     type Own = Own;
     type Expect = Expect;
     const COMMON: &'static [&'static str] = step::STDIO_COMMON;
-    const OWN: &'static [&'static str] = &["prompt", "cancel", "release"];
+    const OWN: &'static [&'static str] = &["prompt", "cancel", "release", "mcpConnected"];
     const MAX_DEADLINE: f64 = 600.0;
 
     fn own(extra: &Extra) -> Result<Option<Own>, String> {
         let mut own: Vec<Own> = Vec::new();
         if let Some(p) = &extra.prompt {
-            if p.text.is_some() == p.blocks.is_some() {
-                return Err("a prompt has exactly one of `text` and `blocks`".into());
+            let given = [p.text.is_some(), p.blocks.is_some(), p.directive.is_some()];
+            if given.iter().filter(|g| **g).count() != 1 {
+                return Err("a prompt has exactly one of `text`, `blocks` and `directive`".into());
+            }
+            if p.until.is_some() && p.directive.is_none() {
+                return Err("`until` goes with a `directive`".into());
             }
             own.push(Own::Prompt(p.clone()));
         }
         own.extend(extra.cancel.clone().map(Own::Cancel));
         if extra.release {
             own.push(Own::Release);
+        }
+        if let Some(secs) = extra.mcp_connected {
+            if !(secs > 0.0 && secs <= Self::MAX_DEADLINE) {
+                return Err("`mcpConnected` is a number of seconds".into());
+            }
+            own.push(Own::McpConnected(secs));
         }
         match <[Own; 1]>::try_from(own) {
             Ok([one]) => Ok(Some(one)),
@@ -198,12 +224,19 @@ impl Language for Lang {
     }
 }
 
-/// `session/prompt` on a session with one text block (or the given blocks).
+/// `session/prompt` on a session with one text block (or the given blocks),
+/// or a directive of the prompt script whose phrasings conform tries in
+/// turn until the agent does what it asks (corpus/acp/prompts.json).
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct Prompt {
     pub text: Option<String>,
     pub blocks: Option<Value>,
+    /// A directive line (`read ${workspace}/notes.txt`), templates expanded.
+    pub directive: Option<String>,
+    /// What shows the agent did it, instead of the directive's own `until`
+    /// (`fs/read_text_file`, `update:tool_call`, `running`).
+    pub until: Option<Vec<String>>,
     /// The session id; `${session}` by default.
     pub session: Option<String>,
 }
@@ -214,8 +247,8 @@ pub struct Prompt {
 pub enum NamedCheck {
     /// Every `session/new` of the case returned a different id.
     SessionIdsUnique,
-    /// The negotiated version is the requested one when the agent supports
-    /// it; otherwise a version the agent answers to its own latest.
+    /// Asked for a version no release defines, the agent answers a version
+    /// it can support: not the one asked for, not one no release defines.
     VersionNegotiated,
     /// A `session/load` replayed the earlier turns' messages.
     HistoryReplayed,
@@ -234,6 +267,13 @@ pub enum NamedCheck {
     ListedByCwd,
     /// The case's session is not listed.
     SessionNotListed,
+    /// `notes.txt` in the workspace still holds what conform put there.
+    NotesUnchanged,
+    /// Information: the entries of each plan update of the step.
+    PlanUpdates,
+    /// Information: fields at the root of the results of the case that the
+    /// vendored schema does not define.
+    RootFields,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -14,6 +14,15 @@ pub const REQUEST_CANCELLED: ErrorCode = ErrorCode(-32800);
 /// The protocol version this suite tests.
 pub const PROTOCOL_VERSION: u64 = 1;
 
+/// The newest protocol version a release of ACP defines, as far as conform's
+/// sources know: the repository's `docs/protocol/v1` and `v2` pages. The
+/// schema's `ProtocolVersion` (uint16) admits any; a version above this is
+/// one no release defines, so no agent can support it.
+pub const NEWEST_DEFINED_VERSION: u64 = 2;
+
+/// The release of the vendored schema (`corpus/acp/schema.json`).
+pub const SCHEMA_RELEASE: &str = "1.21.0";
+
 /// The most conform reads of one line the agent writes. ACP sets no limit;
 /// this is conform's bound as a reader of untrusted output, and a line over
 /// it is reported as conform unable to judge, not as the agent's fault.
