@@ -14,6 +14,7 @@
 //! checks the input fails alone, and shrinks it with proptest's value tree:
 //! a simpler input that fails the same way (see [`Harness::class`]) is kept.
 
+pub mod readings;
 pub mod strategies;
 pub mod targets;
 

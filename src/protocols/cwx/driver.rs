@@ -9,6 +9,7 @@ use super::validate::{self, HostMessage};
 use crate::case::Case;
 use crate::drive::stdio::{self, AnswerFuture, Answerer, Session};
 use crate::evidence::{Evidence, Finding, Kind};
+use crate::fuzz::readings::{How, Id, Readings};
 use crate::keep::Keep;
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
@@ -69,7 +70,7 @@ pub struct Context {
 }
 
 /// The core's limits it sends in `host/initialize`.
-fn initialize_params() -> Value {
+pub(crate) fn initialize_params() -> Value {
     json!({"protocol": super::table::PROTOCOL_VERSION, "limits": {
         "max_frame": crate::wire::frame::MAX_FRAME, "max_inflight": super::table::MAX_INFLIGHT,
         "dispose_deadline_ms": 5000, "activate_deadline_ms": 10000}})
@@ -92,11 +93,12 @@ pub struct HostWatch {
     /// does not grow conform.
     kept: Keep,
     violations: Vec<(String, Kind, String)>,
-    /// Ids of raw messages conform sent that no core would (not a u64, or
-    /// null for a payload whose id it cannot read): the host may echo them,
-    /// or answer with a null id, which the core's parser refuses but no core
-    /// would ever provoke.
-    odd_ids: Vec<Value>,
+    /// Ids of raw messages conform sent that no core would (not a u64
+    /// written as one, another reading of the payload than the core's, or
+    /// null for a payload whose id a reader may not find): the host may
+    /// echo them, by value, or answer with a null id, which the core's
+    /// parser refuses but no core would ever provoke.
+    odd_ids: Vec<Id>,
 }
 
 impl HostWatch {
@@ -144,22 +146,27 @@ impl stdio::Watch for HostWatch {
             rest = &rest[used..];
             match item {
                 Some(Ok(payload)) => {
-                    // A payload a strict parser refuses may be answered with a null id.
-                    if serde_json::from_slice::<Value>(&payload).is_err() {
-                        self.odd_ids.push(Value::Null);
-                    }
-                    let Some(v) = crate::jsonrpc::read_message(&payload) else {
-                        self.odd_ids.push(Value::Null);
+                    // A payload some legal reader refuses may be answered
+                    // with a null id; a reading other than the core's (a
+                    // byte-order mark ignored, a duplicated id, an id not
+                    // written as a u64) with the id it reads.
+                    let Some(readings) = Readings::of(&payload) else {
+                        self.odd_ids.push(Id::Null);
                         continue;
                     };
-                    let method = v.get("method").and_then(Value::as_str);
-                    match (method, v.get("id")) {
-                        (Some(m), Some(id)) if id.is_u64() => {
-                            let id = id.as_u64().unwrap_or_default();
-                            self.outstanding.insert(id, m.to_owned());
+                    if readings.unreadable || readings.objects.is_empty() {
+                        self.odd_ids.push(Id::Null);
+                    }
+                    for o in &readings.objects {
+                        let method = o.members.get("method").and_then(Value::as_str);
+                        let core_id = o.members.get("id").and_then(Value::as_u64);
+                        match (method, core_id, &o.id) {
+                            (Some(m), Some(id), _) if o.how == How::AsWritten => {
+                                self.outstanding.insert(id, m.to_owned());
+                            }
+                            (_, _, Some(id)) => self.odd_ids.extend([id.clone(), Id::Null]),
+                            _ => self.odd_ids.push(Id::Null),
                         }
-                        (_, Some(id)) => self.odd_ids.extend([id.clone(), Value::Null]),
-                        _ => self.odd_ids.push(Value::Null),
                     }
                 }
                 Some(Err(_)) => break,
@@ -186,7 +193,7 @@ impl stdio::Watch for HostWatch {
         // business nor the host's fault.
         if value.get("method").is_none()
             && let Some(id) = value.get("id")
-            && self.odd_ids.contains(id)
+            && self.odd_ids.contains(&Id::from_value(id))
         {
             return stdio::Incoming::Other;
         }
