@@ -251,6 +251,7 @@ pub fn join(cases: &[Value], id: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn joined_cases_keep_every_step_the_first_setup_and_the_last_grade() {
@@ -267,5 +268,85 @@ mod tests {
         let alone = join(std::slice::from_ref(&b), "k");
         assert_eq!(alone["steps"], b["steps"]);
         assert_eq!(alone["id"], "k");
+    }
+
+    /// The findings of a result, by key, and its outcome.
+    fn judged(
+        r: &CaseResult,
+    ) -> (
+        crate::outcome::Outcome,
+        Vec<(String, crate::evidence::Kind)>,
+    ) {
+        (r.outcome, r.findings.iter().map(|f| f.key()).collect())
+    }
+
+    /// Runs `n` inputs of `h`'s strategy both ways: each on a fresh target
+    /// through the driver, and one after another on live targets.
+    async fn both_ways<H: crate::fuzz::Harness>(h: Arc<H>, n: u64) -> usize {
+        use proptest::strategy::{Strategy, ValueTree};
+        let strategy = h.strategy();
+        let mut runner = crate::fuzz::runner_for(3);
+        let pool = crate::fuzz::strategies::Pool::new(h.golden());
+        let mut live: Option<Box<dyn Live>> = None;
+        let mut compared = 0;
+        for index in 0..n {
+            let input = strategy.new_tree(&mut runner).unwrap().current();
+            let slot = h.slot(&input, &pool);
+            if slot == Slot::Alone {
+                continue;
+            }
+            let case = h.case(&input, &pool, "t/fuzz/1", index);
+            let fresh = h.clone().run(case.clone()).await;
+            let mut target = match live.take() {
+                Some(l) => l,
+                None => h.clone().start_live().unwrap().await.unwrap(),
+            };
+            let on_live = target.run(case.clone()).await;
+            assert_eq!(
+                judged(&fresh),
+                judged(&on_live),
+                "input {index} ({slot:?}), fresh: {}\nlive: {}\ncase: {case:#}",
+                fresh.message,
+                on_live.message
+            );
+            if slot == Slot::Shared && target.usable() {
+                live = Some(target);
+            } else {
+                target.end().await;
+            }
+            compared += 1;
+        }
+        if let Some(l) = live {
+            l.end().await;
+        }
+        compared
+    }
+
+    /// A live target judges an input as the driver does on a fresh one:
+    /// inputs of both stdio harnesses against their references in memory
+    /// get the same outcome and the same findings either way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_live_target_judges_an_input_as_a_fresh_one_does() {
+        use crate::protocols::{acp, cwx};
+        use crate::transport::serve::testing::memory;
+        let startup = Duration::from_secs(10);
+        let agent =
+            acp::fuzz::Harness::on(memory(acp::reference::Agent::new, |_| true), startup, 10.0)
+                .await
+                .unwrap();
+        assert!(both_ways(Arc::new(agent), 150).await > 100);
+        let host = cwx::fuzz::Harness::on(
+            memory(
+                || cwx::reference::Host::new(cwx::table::Tier::Plugin),
+                |_| true,
+            ),
+            cwx::table::Tier::Plugin,
+            None,
+            startup,
+            10.0,
+        )
+        .await
+        .unwrap();
+        assert!(both_ways(Arc::new(host), 150).await > 100);
     }
 }

@@ -29,6 +29,8 @@
 
 pub mod live;
 pub mod readings;
+#[cfg(test)]
+mod regressions;
 pub mod seeds;
 pub mod states;
 pub mod strategies;

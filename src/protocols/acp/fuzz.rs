@@ -30,6 +30,7 @@ use crate::fuzz::strategies::{self as strat, Message, Pause, Pool};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
 use crate::wire::Codec;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -149,7 +150,11 @@ pub fn start<'a>(
 
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
-        let launcher = launcher_for(&target)?;
+        Self::on(launcher_for(&target)?, startup, timeout).await
+    }
+
+    /// The harness on the agents `launcher` starts.
+    pub async fn on(launcher: Launcher, startup: Duration, timeout: f64) -> Result<Self, RunError> {
         let probe = driver::probe(&launcher, startup)
             .await
             .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;

@@ -34,6 +34,7 @@ use crate::fuzz::strategies::{self as strat, Message, Pause, Pool};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
 use crate::wire::Codec;
 use crate::wire::frame::{FrameDecoder, MAX_FRAME};
 use proptest::prelude::*;
@@ -262,12 +263,29 @@ impl Harness {
         startup: Duration,
         timeout: f64,
     ) -> Result<Self, RunError> {
-        let launcher = launcher_for(&target, tier)?;
-        preflight(&launcher, startup).await?;
         let extension = matches!(target, Target::Builtin).then(|| Extension {
             path: reference::TOY_ENTRY.into(),
             sha256: reference::TOY_SHA256.into(),
         });
+        Self::on(
+            launcher_for(&target, tier)?,
+            tier,
+            extension,
+            startup,
+            timeout,
+        )
+        .await
+    }
+
+    /// The harness on the hosts `launcher` starts.
+    pub async fn on(
+        launcher: Launcher,
+        tier: Tier,
+        extension: Option<Extension>,
+        startup: Duration,
+        timeout: f64,
+    ) -> Result<Self, RunError> {
+        preflight(&launcher, startup).await?;
         Ok(Harness {
             ctx: Arc::new(Context {
                 launcher,
