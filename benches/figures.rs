@@ -322,7 +322,8 @@ fn main() {
         memory.push((format!("full {protocol} run"), rss));
     }
 
-    println!("\n3. fuzz throughput (inputs a second, 10 s each, builtin targets)");
+    println!("\n3. fuzz throughput (inputs a second, 10 s each, builtin targets; acp and cwx on live targets)");
+    let mut rates: Vec<(&str, Option<f64>)> = Vec::new();
     for protocol in ["agent-socket", "acp", "cwx"] {
         let (_, rss, output) = timed(
             &bin,
@@ -338,16 +339,30 @@ fn main() {
                 "/tmp/conform-bench-findings",
             ],
         );
-        let rate = output
-            .lines()
-            .find_map(|l| {
-                let open = l.rfind('(')?;
-                let close = l[open..].find("/s)")?;
-                l[open + 1..open + close].parse::<f64>().ok()
-            })
-            .map_or("?".into(), |r| format!("{r:.0}"));
-        println!("   {protocol:<13} {rate}/s");
+        let rate = output.lines().find_map(|l| {
+            let open = l.rfind('(')?;
+            let close = l[open..].find("/s)")?;
+            l[open + 1..open + close].parse::<f64>().ok()
+        });
+        println!(
+            "   {protocol:<13} {}/s",
+            rate.map_or("?".into(), |r| format!("{r:.0}"))
+        );
+        rates.push((protocol, rate));
         memory.push((format!("fuzz {protocol} 10 s"), rss));
+    }
+    // Issue 19's goals: each stdio protocol at 1 000 inputs a second, and at
+    // a fifth of agent-socket's rate measured in the same run.
+    if let [(_, Some(socket)), rest @ ..] = rates.as_slice() {
+        for (protocol, rate) in rest {
+            if let Some(r) = rate {
+                println!(
+                    "   {protocol:<13} {:.2} of agent-socket's rate (goal 0.20), {:.0}/s of 1 000/s",
+                    r / socket,
+                    r
+                );
+            }
+        }
     }
 
     println!("\n4. peak resident memory (/usr/bin/time -v)");

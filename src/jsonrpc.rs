@@ -250,11 +250,18 @@ pub fn parse_json(bytes: &[u8]) -> serde_json::Result<Value> {
     if let Some(why) = too_many_values(bytes) {
         return Err(<serde_json::Error as serde::de::Error>::custom(why));
     }
+    // Retried when the text has a surrogate escape to replace, never on the
+    // strength of what serde_json's message says.
     match serde_json::from_slice(bytes) {
-        Err(e) if e.to_string().contains("surrogate") || e.to_string().contains("hex escape") => {
-            serde_json::from_slice(&replace_surrogate_escapes(bytes))
+        Err(e) => {
+            let replaced = replace_surrogate_escapes(bytes);
+            if replaced == bytes {
+                Err(e)
+            } else {
+                serde_json::from_slice(&replaced)
+            }
         }
-        other => other,
+        ok => ok,
     }
 }
 

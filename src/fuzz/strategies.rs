@@ -305,10 +305,88 @@ pub fn damage(body: &mut Vec<u8>, g: &Garble, crlf: &mut bool) {
     }
 }
 
-/// One generated message: a golden message by index, changed.
+/// The messages generated inputs start from: the golden ones of the
+/// corpus and the table, and those the run found (the messages of inputs
+/// that drew a response state the target had not shown before). A snapshot:
+/// an input is rebuilt from the pool it was generated with, so shrinking
+/// and replaying it give the same bytes however the run's pool grew since.
+#[derive(Debug, Clone, Default)]
+pub struct Pool {
+    golden: std::sync::Arc<Vec<Value>>,
+    found: std::sync::Arc<Vec<Value>>,
+}
+
+/// The most messages a run keeps as found.
+pub const MAX_FOUND: usize = 1024;
+/// The longest message a run keeps as found, in bytes of JSON.
+const MAX_FOUND_BYTES: usize = 16 * 1024;
+
+impl Pool {
+    pub fn new(golden: Vec<Value>) -> Pool {
+        Pool {
+            golden: std::sync::Arc::new(golden),
+            found: std::sync::Arc::default(),
+        }
+    }
+
+    pub fn golden(&self) -> &[Value] {
+        &self.golden
+    }
+
+    pub fn found(&self) -> &[Value] {
+        &self.found
+    }
+
+    /// Adds the messages of an input that reached a new state: objects of
+    /// a bounded size not in the pool already; false when none was new.
+    pub fn add(&mut self, messages: Vec<Value>) -> bool {
+        let mut added = false;
+        for m in messages {
+            if self.found.len() >= MAX_FOUND
+                || !m.is_object()
+                || serialize(&m, false).len() > MAX_FOUND_BYTES
+                || self.golden.contains(&m)
+                || self.found.contains(&m)
+            {
+                continue;
+            }
+            std::sync::Arc::make_mut(&mut self.found).push(m);
+            added = true;
+        }
+        added
+    }
+
+    /// The message a base names, and whether it is a golden one (a found
+    /// base with nothing found yet falls back on the golden messages).
+    pub fn resolve(&self, base: &Base) -> (Value, bool) {
+        let golden = |i: &Index| {
+            self.golden
+                .get(i.index(self.golden.len().max(1)))
+                .cloned()
+                .unwrap_or_else(|| json!({}))
+        };
+        match base {
+            Base::Golden(i) => (golden(i), true),
+            Base::Found(i) if self.found.is_empty() => (golden(i), true),
+            Base::Found(i) => (self.found[i.index(self.found.len())].clone(), false),
+        }
+    }
+}
+
+/// Where a generated message starts.
+#[derive(Debug, Clone)]
+pub enum Base {
+    /// A golden message.
+    Golden(Index),
+    /// A message the run found (state-guided: the run prefers what drew a
+    /// new response).
+    Found(Index),
+}
+
+/// One generated message: a message of the pool, changed.
 #[derive(Debug, Clone)]
 pub struct Message {
-    pub golden: Index,
+    pub base: Base,
     pub mutations: Vec<Mutation>,
     pub pretty: bool,
     pub garbles: Vec<Garble>,
@@ -316,8 +394,8 @@ pub struct Message {
     pub size: Option<usize>,
 }
 
-/// Messages built on `golden_count` golden messages. `sizes` are the limits
-/// to pad around (each is tried one under, at and one over).
+/// Messages built on a pool's messages. `sizes` are the limits to pad
+/// around (each is tried one under, at and one over).
 pub fn message(methods: Vec<String>, sizes: &[usize]) -> BoxedStrategy<Message> {
     let mut around: Vec<usize> = Vec::new();
     for s in sizes {
@@ -333,7 +411,10 @@ pub fn message(methods: Vec<String>, sizes: &[usize]) -> BoxedStrategy<Message> 
         .boxed()
     };
     (
-        any::<Index>(),
+        prop_oneof![
+            3 => any::<Index>().prop_map(Base::Golden),
+            2 => any::<Index>().prop_map(Base::Found),
+        ],
         prop_oneof![
             2 => Just(vec![]),
             5 => prop::collection::vec(mutation(methods), 1..3),
@@ -345,8 +426,8 @@ pub fn message(methods: Vec<String>, sizes: &[usize]) -> BoxedStrategy<Message> 
         ],
         size,
     )
-        .prop_map(|(golden, mutations, pretty, garbles, size)| Message {
-            golden,
+        .prop_map(|(base, mutations, pretty, garbles, size)| Message {
+            base,
             mutations,
             pretty,
             garbles,
@@ -356,17 +437,18 @@ pub fn message(methods: Vec<String>, sizes: &[usize]) -> BoxedStrategy<Message> 
 }
 
 impl Message {
-    /// True when the message is the golden one, unchanged.
-    pub fn is_golden(&self) -> bool {
-        self.mutations.is_empty() && self.garbles.is_empty() && !self.pretty && self.size.is_none()
+    /// True when the message is a golden one, unchanged.
+    pub fn is_golden(&self, pool: &Pool) -> bool {
+        self.mutations.is_empty()
+            && self.garbles.is_empty()
+            && !self.pretty
+            && self.size.is_none()
+            && pool.resolve(&self.base).1
     }
 
     /// The message as a JSON value, before encoding.
-    pub fn value(&self, golden: &[Value]) -> Value {
-        let mut v = golden
-            .get(self.golden.index(golden.len().max(1)))
-            .cloned()
-            .unwrap_or_else(|| json!({}));
+    pub fn value(&self, pool: &Pool) -> Value {
+        let (mut v, _) = pool.resolve(&self.base);
         for m in &self.mutations {
             apply(&mut v, m);
         }
@@ -386,6 +468,24 @@ impl Message {
             damage(&mut body, g, &mut crlf);
         }
         (body, crlf)
+    }
+}
+
+/// Where the ids [`own_id`] gives start: clear of conform's own and of the
+/// golden messages'.
+pub const OWN_ID_BASE: u64 = 100_000;
+
+/// Gives message `position` of input number `index` an id of its own when
+/// its id is an integer the mutations did not choose (a golden or found
+/// message's): ids then differ from one input to the next, so a target
+/// that takes many inputs never sees a request id again.
+pub fn own_id(v: &mut Value, m: &Message, index: u64, position: usize) {
+    let chosen = m.mutations.iter().any(|x| matches!(x, Mutation::Id(_)));
+    if let Some(id) = v.get_mut("id")
+        && !chosen
+        && (id.is_u64() || id.is_i64())
+    {
+        *id = json!(OWN_ID_BASE + index.saturating_mul(8) + position as u64);
     }
 }
 

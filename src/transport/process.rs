@@ -287,6 +287,13 @@ impl Spawned {
     pub async fn shutdown(&mut self, grace: Duration) -> (Option<ExitStatus>, bool) {
         self.finished = true;
         drop(self.stdin.take());
+        // A target that ended by itself, all of it, needs no signal: one look
+        // at the process table, not three (a fuzzer ends many).
+        if self.exit_status().is_some() && self.members().is_empty() {
+            let mut done = self.stderr_done.clone();
+            let _ = tokio::time::timeout(Duration::from_millis(500), done.wait_for(|d| *d)).await;
+            return (self.exit_status(), false);
+        }
         let mut outlived = false;
         if self.exit_status().is_none() || !self.members().is_empty() {
             self.signal(Signal::SIGTERM);

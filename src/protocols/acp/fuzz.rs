@@ -1,8 +1,11 @@
-//! The ACP fuzzer: each input is a fresh agent (initialized by conform, or
-//! not), a few lines written in one write or split by pauses, then a probe
-//! request. The lines are golden messages from the corpus and the schema's
-//! client-to-agent methods, changed (see `fuzz::strategies`), with method
-//! names from both sides of the schema and names no schema has.
+//! The ACP fuzzer: each input is a few lines written in one write or split
+//! by pauses, then a probe request, on an agent conform initialized (a live
+//! agent that takes input after input, see `fuzz::live`) or on a fresh one
+//! it did not (one agent for that input alone). The lines are golden
+//! messages from the corpus and the schema's client-to-agent methods, or
+//! messages of earlier inputs that drew a new response, changed (see
+//! `fuzz::strategies`), with method names from both sides of the schema
+//! and names no schema has.
 //!
 //! The oracles are the suite's: the monitor checks every line the agent
 //! writes at its requirement's level, and the probe must be answered. When
@@ -12,17 +15,28 @@
 //! suite's `acp.jsonrpc.parse-error` reading does.
 
 use super::driver::{self, Context};
-use super::launcher_for;
+use super::editor::Editor;
+use super::monitor::Monitor;
 use super::schema::{self, Side};
+use super::steps::{Permission, Profile};
+use super::{launcher_for, table};
+use crate::drive::stdio::{AnswerFuture, Answerer, Session};
 use crate::error::RunError;
-use crate::fuzz::strategies::{self as strat, Message, Pause};
+use crate::fuzz::live::{Live, Probe, Slot, StdioLive};
+use crate::fuzz::readings::Id;
+use crate::fuzz::seeds::{Seeds, without_templates};
+use crate::fuzz::states::Framing;
+use crate::fuzz::strategies::{self as strat, Message, Pause, Pool};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
+use crate::wire::Codec;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct Input {
@@ -39,9 +53,10 @@ pub struct Harness {
     methods: Vec<String>,
 }
 
-/// The ids conform's own requests take in a fuzz case (`initialize`, the
-/// probe); generated ids stay clear of them.
-const OWN_IDS: i64 = 16;
+/// The ids conform's own requests take in a fuzz case, or in a live agent's
+/// inputs run as one (`initialize`, the probes: see `fuzz::live::EVERY`);
+/// generated ids stay clear of them.
+const OWN_IDS: i64 = 64;
 
 /// The corpus's requests and notifications whose templates need nothing but
 /// the workspace, then one message for each client-to-agent method of the
@@ -49,46 +64,17 @@ const OWN_IDS: i64 = 16;
 fn golden() -> Result<Vec<Value>, RunError> {
     let cases = crate::case::load::<super::AgentCases>(&[])
         .map_err(|e| RunError::Conform(e.to_string()))?;
-    let mut out: Vec<Value> = Vec::new();
-    let mut id = 100;
-    let mut push = |out: &mut Vec<Value>, method: &str, params: Value, notification: bool| {
-        id += 1;
-        let mut m = serde_json::Map::new();
-        m.insert("jsonrpc".into(), json!("2.0"));
-        if !notification {
-            m.insert("id".into(), json!(id));
-        }
-        m.insert("method".into(), json!(method));
-        m.insert("params".into(), params);
-        let v = Value::Object(m);
-        if !out.contains(&v) {
-            out.push(v);
-        }
-    };
-    for case in &cases {
-        for step in &case.steps {
-            let crate::step::Action::Send(send) = &step.action else {
-                continue;
-            };
-            let text = send.params.to_string();
-            if text.replace("${workspace}", "").contains("${") {
-                continue;
-            }
-            push(
-                &mut out,
-                &send.method,
-                send.params.clone(),
-                send.notification,
-            );
-        }
-    }
+    let mut seeds = Seeds::new(100);
+    seeds.sends(&cases, |send| {
+        without_templates(&send.params, &["${workspace}"])
+    });
     for m in schema::schema().methods() {
-        if m.side == Side::Agent && !out.iter().any(|g| g["method"] == m.name.as_str()) {
-            push(&mut out, &m.name, json!({}), m.is_notification());
+        if m.side == Side::Agent && !seeds.has(&m.name) {
+            seeds.push(&m.name, json!({}), None, m.is_notification());
         }
     }
-    out.push(json!({"jsonrpc": "2.0", "id": 7777, "result": {}}));
-    Ok(out)
+    seeds.add(json!({"jsonrpc": "2.0", "id": 7777, "result": {}}));
+    Ok(seeds.into_messages())
 }
 
 fn method_names() -> Vec<String> {
@@ -139,21 +125,36 @@ fn clear_ids(v: &mut Value) {
     }
 }
 
-/// `conform fuzz --protocol acp`: a fresh agent per input.
+/// Methods whose request leaves the agent changed for the inputs after it,
+/// so that their oracles would no longer hold: none. A second `initialize`
+/// changes the client capabilities, which gate only what an agent asks in a
+/// prompt turn, and generated inputs start no turn (they name no session
+/// conform created); an agent that answers differently after it, or after
+/// `authenticate` or `logout`, is a finding a replay with the inputs before
+/// it shows. A live agent ends only when it died or broke a rule, or after
+/// `fuzz::live::EVERY` inputs.
+const LEAVES_STATE: &[&str] = &[];
+
+/// `conform fuzz --protocol acp`: persistent agents, each initialized once.
 pub fn start<'a>(
     setup: crate::suite::FuzzSetup,
     options: &'a fuzz::Options,
     progress: &'a mut dyn FnMut(&str),
 ) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
-    Box::pin(async move {
-        let h = Harness::new(setup.target, setup.startup, setup.timeout).await?;
-        Ok((fuzz::fuzz(Arc::new(h), options, progress).await?, vec![]))
-    })
+    fuzz::start(
+        Harness::new(setup.target, setup.startup, setup.timeout),
+        options,
+        progress,
+    )
 }
 
 impl Harness {
     pub async fn new(target: Target, startup: Duration, timeout: f64) -> Result<Self, RunError> {
-        let launcher = launcher_for(&target)?;
+        Self::on(launcher_for(&target)?, startup, timeout).await
+    }
+
+    /// The harness on the agents `launcher` starts.
+    pub async fn on(launcher: Launcher, startup: Duration, timeout: f64) -> Result<Self, RunError> {
         let (probe, first) = driver::probe(&launcher, startup)
             .await
             .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
@@ -170,17 +171,27 @@ impl Harness {
         })
     }
 
-    /// One message's line; `ids` are those of the lines before it, which it
-    /// does not repeat (two requests with one id cannot be told apart).
-    fn line(&self, m: &Message, ids: &mut Vec<Value>) -> Vec<u8> {
-        let mut v = m.value(&self.golden);
+    /// One message's value, its id clear of conform's and of `ids`, those
+    /// of the lines before it (two requests with one id, by value, cannot be
+    /// told apart). An integer id the mutations left as it was becomes one
+    /// of its own, from the input's number, so a live agent that answers
+    /// late never meets it again in a later input.
+    fn value(&self, m: &Message, pool: &Pool, ids: &mut Vec<Id>, index: u64) -> Value {
+        let mut v = m.value(pool);
+        strat::own_id(&mut v, m, index, ids.len());
         clear_ids(&mut v);
         if let Some(id) = v.get_mut("id") {
-            if ids.contains(id) {
+            if ids.contains(&Id::from_value(id)) {
                 *id = json!(format!("fuzz-repeat-{}", ids.len()));
             }
-            ids.push(id.clone());
+            ids.push(Id::from_value(id));
         }
+        v
+    }
+
+    /// One message's line (see [`Harness::value`]).
+    fn line(&self, m: &Message, pool: &Pool, ids: &mut Vec<Id>, index: u64) -> Vec<u8> {
+        let v = self.value(m, pool, ids, index);
         let (mut body, crlf) = m.encode(v);
         if crlf {
             body.push(b'\r');
@@ -190,13 +201,84 @@ impl Harness {
     }
 }
 
+/// How conform answers a live agent's requests: as the editor of the
+/// suite's default profile (every capability, permissions allowed).
+struct Editing(Editor);
+
+impl Answerer for Editing {
+    fn answer<'a>(
+        &'a mut self,
+        id: &'a Value,
+        method: &'a str,
+        params: &'a Value,
+        within: Duration,
+    ) -> AnswerFuture<'a> {
+        Box::pin(async move { Some(self.0.answer(method, params, within).await.to_message(id)) })
+    }
+}
+
+/// How long a live agent has to end once its stdin closes.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+impl Harness {
+    /// A live agent: started, and initialized as a generated case's
+    /// `initialize` set-up does it (the default profile, id 0).
+    async fn live(&self) -> Result<Box<dyn Live>, String> {
+        let stream = self
+            .ctx
+            .launcher
+            .start(
+                &[],
+                Codec::Lines {
+                    limit: table::LINE_LIMIT,
+                },
+            )
+            .map_err(|e| format!("cannot start the agent: {e}"))?;
+        let workspace = super::workspace()?;
+        let ws = workspace.path().to_path_buf();
+        let mut s = Session::new(stream, "agent", Monitor::new(), Instant::now(), 0);
+        s.vars.set("workspace", json!(ws.display().to_string()));
+        let mut role = Editing(Editor::new(ws, Permission::Allow));
+        let params = driver::initialize_params(Profile::default().capabilities());
+        let answer = match s.request("initialize", params).await {
+            Some(key) => {
+                s.answer(&mut role, &key, "initialize", self.ctx.startup)
+                    .await
+            }
+            None => None,
+        };
+        let Some(Ok(result)) = answer else {
+            s.finish(&mut role, EXIT_GRACE).await;
+            return Err("the agent's initialize failed".into());
+        };
+        if !s.ev.findings.is_empty() || !s.watch.violations.is_empty() {
+            s.finish(&mut role, EXIT_GRACE).await;
+            return Err("the agent's initialize broke a rule".into());
+        }
+        s.vars.set("initialize", result);
+        Ok(Box::new(StdioLive::<super::AgentCases, Monitor, Editing> {
+            s,
+            role,
+            probe: Probe {
+                method: "_conform/probe",
+                what: "a probe request (_conform/probe)",
+                answered: "the agent still answers requests",
+                deadline: Duration::from_secs(10),
+            },
+            grace: EXIT_GRACE,
+            keep: Some(Box::new(workspace)),
+            _dialect: std::marker::PhantomData,
+        }))
+    }
+}
+
 impl fuzz::Harness for Harness {
     type Input = Input;
 
     fn strategy(&self) -> BoxedStrategy<Input> {
         let sizes = [64 * 1024, 1024 * 1024];
         (
-            prop_oneof![8 => Just(true), 1 => Just(false)],
+            prop_oneof![39 => Just(true), 1 => Just(false)],
             prop::collection::vec(strat::message(self.methods.clone(), &sizes), 1..4),
             strat::pauses(),
         )
@@ -208,11 +290,51 @@ impl fuzz::Harness for Harness {
             .boxed()
     }
 
-    fn case(&self, input: &Input, id: &str) -> Value {
+    fn golden(&self) -> Vec<Value> {
+        self.golden.clone()
+    }
+
+    fn messages(&self, input: &Input, pool: &Pool, index: u64) -> Vec<Value> {
+        let mut ids = Vec::new();
+        input
+            .messages
+            .iter()
+            .map(|m| self.value(m, pool, &mut ids, index))
+            .collect()
+    }
+
+    /// An input before `initialize` needs a fresh agent; one that leaves
+    /// the agent changed is the last its live agent takes.
+    fn slot(&self, input: &Input, pool: &Pool) -> Slot {
+        if !input.initialize {
+            return Slot::Alone;
+        }
+        let leaves = input.messages.iter().any(|m| {
+            m.value(pool)
+                .get("method")
+                .and_then(Value::as_str)
+                .is_some_and(|m| LEAVES_STATE.contains(&m))
+        });
+        if leaves { Slot::Last } else { Slot::Shared }
+    }
+
+    fn start_live(self: Arc<Self>) -> Option<fuzz::live::Starting> {
+        Some(Box::pin(async move { self.live().await }))
+    }
+
+    fn framing(&self) -> Framing {
+        Framing::Lines
+    }
+
+    fn known(&self, method: &str) -> bool {
+        schema::schema().method(method).is_some()
+    }
+
+    fn case(&self, input: &Input, pool: &Pool, id: &str, index: u64) -> Value {
         let mut bytes = Vec::new();
         let mut ids = Vec::new();
         for m in &input.messages {
-            bytes.extend(self.line(m, &mut ids));
+            bytes.extend(self.line(m, pool, &mut ids, index));
         }
         let all_well_formed = bytes
             .split(|b| *b == b'\n')

@@ -10,6 +10,7 @@ use super::schema::{self, Side};
 use super::table;
 use crate::drive::stdio::{self, Watch};
 use crate::evidence::{Evidence, Finding, Kind};
+use crate::fuzz::readings::{Id, Readings};
 use crate::keep::Keep;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -133,6 +134,8 @@ enum SessionState {
 #[derive(Debug, Clone)]
 struct Outstanding {
     id: Value,
+    /// The id by value: a number however spelled (`7`, `7.0`, `-0` and `0`).
+    exact: Id,
     method: String,
     params: Value,
 }
@@ -274,6 +277,13 @@ impl Monitor {
 
     /// Records a message conform wrote. Returns the key of a request.
     pub fn sent(&mut self, message: &Value) -> Option<String> {
+        let exact = message.get("id").map(Id::from_value);
+        self.sent_exact(message, exact)
+    }
+
+    /// [`Monitor::sent`] with the id as conform's reading of the bytes has it
+    /// (exact where a value is not: `1e400`).
+    fn sent_exact(&mut self, message: &Value, exact: Option<Id>) -> Option<String> {
         let Some(method) = message.get("method").and_then(Value::as_str) else {
             // conform's answer to a request of the agent.
             if let Some(id) = message.get("id") {
@@ -319,6 +329,7 @@ impl Monitor {
             key.clone(),
             Outstanding {
                 id: id.clone(),
+                exact: exact.unwrap_or_else(|| Id::from_value(id)),
                 method: method.to_owned(),
                 params,
             },
@@ -391,6 +402,7 @@ impl Monitor {
             id_key(id),
             Outstanding {
                 id: id.clone(),
+                exact: Id::from_value(id),
                 method: String::new(),
                 params: Value::Null,
             },
@@ -831,7 +843,15 @@ impl Monitor {
                 return Incoming::Unusable;
             }
         };
-        let key = id_key(&id);
+        let mut key = id_key(&id);
+        // "It MUST be the same as the value of the id member": a number is
+        // the same value however it is spelled (7.0 for 7, 0 for -0).
+        if !self.outstanding.contains_key(&key) && !id.is_null() {
+            let exact = Id::from_value(&id);
+            if let Some((k, _)) = self.outstanding.iter().find(|(_, o)| o.exact == exact) {
+                key = k.clone();
+            }
+        }
         let Some(out) = self.outstanding.remove(&key) else {
             if id.is_null() && has_result && self.null_id_results < self.null_id_requests {
                 self.null_id_results += 1;
@@ -1029,27 +1049,45 @@ impl Watch for Monitor {
     }
 
     /// Raw bytes: each line may be answered with a null id, and the
-    /// requests among them conform can read are expected to be answered
-    /// like any other, with their own ids.
+    /// requests among them are expected to be answered like any other, with
+    /// the id of any legal reading of the line (a byte-order mark ignored, a
+    /// duplicated id's first or last value: `fuzz::readings`).
     fn sent_raw(&mut self, bytes: &[u8]) {
-        for _ in bytes
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .take(64)
-        {
-            self.sent_malformed();
-        }
         for line in bytes.split(|b| *b == b'\n').take(64) {
-            if line.len() <= table::LINE_LIMIT
-                && let Some(v @ Value::Object(_)) = crate::jsonrpc::read_message(line)
-            {
-                if v.get("id").is_some_and(Value::is_null) {
-                    self.sent_null_id_request();
-                } else if v.get("method").is_some_and(Value::is_string) {
-                    Monitor::sent(self, &v);
-                } else if let Some(id) = v.get("id") {
-                    self.sent_invalid_with_id(id);
+            if line.is_empty() {
+                continue;
+            }
+            self.sent_malformed();
+            if line.len() > table::LINE_LIMIT {
+                continue;
+            }
+            let Some(readings) = Readings::of(line) else {
+                continue;
+            };
+            let mut null_id = false;
+            for o in &readings.objects {
+                let method = o.members.get("method").and_then(Value::as_str);
+                match (&o.id, method) {
+                    (Some(Id::Null), _) => null_id = true,
+                    (Some(id), Some(_)) => {
+                        let mut message = o.members.clone();
+                        // An id no value holds (`1e400`) keeps a key of its own.
+                        message
+                            .entry("id")
+                            .or_insert_with(|| Value::String(format!("\u{0}{id:?}")));
+                        Monitor::sent_exact(self, &Value::Object(message), Some(id.clone()));
+                    }
+                    (Some(id), None) => self.sent_invalid_with_id(&id.to_value()),
+                    (None, _) => {
+                        if method.is_some() {
+                            // A notification: what it changes, nothing to answer.
+                            Monitor::sent(self, &o.value());
+                        }
+                    }
                 }
+            }
+            if null_id {
+                self.sent_null_id_request();
             }
         }
     }
@@ -1236,5 +1274,58 @@ mod tests {
         ));
         assert!(matches!(got, Incoming::Response { .. }));
         assert!(m.violations.is_empty(), "{:?}", m.violations);
+    }
+
+    /// Each legal reading of a raw line is answered without a violation.
+    #[test]
+    fn a_raw_line_may_be_answered_under_any_legal_reading() {
+        let answer = |id: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"no"}}}}"#)
+        };
+        let cases: &[(&[u8], &str)] = &[
+            // RFC 8259 8.1: the byte-order mark ignored, or the line refused.
+            (
+                b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\"}",
+                "5",
+            ),
+            (
+                b"\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\"}",
+                "null",
+            ),
+            // One number however spelled.
+            (br#"{"jsonrpc":"2.0","id":-0,"method":"x"}"#, "0"),
+            (br#"{"jsonrpc":"2.0","id":7.0,"method":"x"}"#, "7"),
+            (br#"{"jsonrpc":"2.0","id":1e2,"method":"x"}"#, "100.0"),
+            // A duplicated id: its first value or its last.
+            (br#"{"jsonrpc":"2.0","id":5,"id":6,"method":"x"}"#, "5"),
+            (br#"{"jsonrpc":"2.0","id":5,"id":6,"method":"x"}"#, "6"),
+            // Bytes that are not UTF-8 inside a string: a lenient reader.
+            (b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"x\xff\"}", "8"),
+        ];
+        for (line, id) in cases {
+            let mut m = Monitor::new();
+            Watch::sent_raw(&mut m, &[*line, b"\n"].concat());
+            let got = Monitor::received(&mut m, answer(id).as_bytes());
+            assert!(matches!(got, Incoming::Response { .. }), "{got:?}");
+            assert!(
+                m.violations.is_empty(),
+                "{} answered with {id}: {:?}",
+                String::from_utf8_lossy(line),
+                m.violations
+            );
+        }
+        // Another type is another id, and one request is answered once.
+        let mut m = Monitor::new();
+        Watch::sent_raw(&mut m, b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\"}\n");
+        Monitor::received(&mut m, answer("\"5\"").as_bytes());
+        assert_eq!(requirements(&m), vec![rules::ID_ECHO]);
+        let mut m = Monitor::new();
+        Watch::sent_raw(
+            &mut m,
+            b"{\"jsonrpc\":\"2.0\",\"id\":-0,\"method\":\"x\"}\n",
+        );
+        Monitor::received(&mut m, answer("0").as_bytes());
+        Monitor::received(&mut m, answer("0").as_bytes());
+        assert_eq!(requirements(&m), vec![rules::NOTIFICATION_UNANSWERED]);
     }
 }

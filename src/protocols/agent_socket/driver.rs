@@ -7,6 +7,7 @@ use super::validate::{self, DeclaredSandbox, DeclaredTool};
 use crate::case::Pause;
 use crate::case::{Case, ForEach};
 use crate::evidence::{Evidence, Finding, Kind};
+use crate::fuzz::readings::{self, How, Id, Readings};
 use crate::jsonrpc::{self, Reply, ReplyKind};
 use crate::matcher::{self, Vars, truncate};
 use crate::outcome::{CaseResult, Direction, SkipKind, TRANSCRIPT_ENTRY_LIMIT, TranscriptEntry};
@@ -320,18 +321,12 @@ impl Session {
     }
 }
 
-/// The id in a raw request line, as far as conform can tell: `Some(None)`
-/// for bytes that are not a request with an id, `None` for bytes too large
-/// to read.
-fn raw_request_id(bytes: &[u8]) -> Option<Option<Value>> {
-    if bytes.len() > 1024 * 1024 {
-        return None;
-    }
+/// The ids a reply to raw request bytes may carry besides null: one for
+/// each legal reading of their first line (see `fuzz::readings`); `None`
+/// for bytes too large to read.
+fn raw_request_ids(bytes: &[u8]) -> Option<Vec<(Id, How)>> {
     let line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    match crate::jsonrpc::read_message(line) {
-        Some(Value::Object(o)) => Some(o.get("id").cloned()),
-        _ => Some(None),
-    }
+    Readings::of(line).map(|r| r.ids())
 }
 
 /// Writes `bytes`, stopping at each pause for its time.
@@ -384,8 +379,10 @@ struct Pending {
     deadline_why: String,
     outcome: ReadOutcome,
     rest: Option<Vec<u8>>,
-    /// The id the request carried as conform reads its bytes (see `IfAny`).
-    raw_id: Option<Option<Value>>,
+    /// The ids a reply may echo besides null, each with the reading of the
+    /// request that gives it (see `IfAny`); `None` when conform cannot read
+    /// the request's bytes.
+    raw_ids: Option<Vec<(Id, How)>>,
     /// conform reached the socket (a failure after this was in the exchange).
     connected: bool,
     /// The request's params, for checks that read them.
@@ -565,10 +562,15 @@ impl CaseRun<'_> {
         };
         // The id a reply to raw bytes may echo besides null: None when conform
         // cannot read the bytes itself, so it cannot say which id they carry.
-        let raw_id = if send.is_some() {
-            Some(request_id.clone())
+        let raw_ids = if send.is_some() {
+            Some(
+                request_id
+                    .iter()
+                    .map(|id| (Id::from_value(id), How::AsWritten))
+                    .collect(),
+            )
         } else {
-            raw_request_id(&bytes)
+            raw_request_ids(&bytes)
         };
         let (deadline_s, deadline_why) = self.deadline_for(step, method.as_deref(), &params);
         let conn_name = step.name.clone().unwrap_or_else(|| format!("c{index}"));
@@ -597,7 +599,7 @@ impl CaseRun<'_> {
                             partial: Held::unmetered(Vec::new()),
                         },
                         rest: None,
-                        raw_id,
+                        raw_ids,
                         connected: false,
                         params,
                         elapsed: begun.elapsed(),
@@ -705,7 +707,7 @@ impl CaseRun<'_> {
                 deadline_why,
                 outcome,
                 rest,
-                raw_id,
+                raw_ids,
                 connected: true,
                 params,
                 elapsed,
@@ -982,13 +984,29 @@ impl CaseRun<'_> {
             );
         };
         if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
-            // The id is null, or the one the request carried, or anything
-            // when conform could not read the request's bytes itself.
+            // The id is null, or the id of a legal reading of the request's
+            // bytes (a byte-order mark ignored, a duplicate's first or last,
+            // a number however spelled: `fuzz::readings`), or anything when
+            // conform could not read them itself.
             let echoed = reply.object.get("id").cloned();
-            let expected = match (&p.raw_id, &echoed) {
+            let spelled = readings::ids_in(line).pop();
+            let expected = match (&p.raw_ids, &echoed) {
                 (None, Some(e)) | (_, Some(e @ Value::Null)) => Some(e.clone()),
-                (Some(Some(id)), Some(e)) if e == id => Some(e.clone()),
-                (Some(id), _) => id.clone(),
+                (Some(ids), _) => {
+                    let read = spelled.and_then(|s| ids.iter().find(|(i, _)| *i == s));
+                    match (read, &echoed) {
+                        (Some((_, how)), Some(e)) => {
+                            if *how != How::AsWritten {
+                                self.ev.observe(format!(
+                                    "{what}: the reply's id {e} is the request's read {}",
+                                    how.describe()
+                                ));
+                            }
+                            Some(e.clone())
+                        }
+                        _ => ids.first().map(|(i, _)| i.to_value()),
+                    }
+                }
                 (None, None) => None,
             };
             envelope(&mut found, expected.as_ref());

@@ -13,7 +13,9 @@
 
 use super::{Started, stop, table};
 use crate::error::RunError;
-use crate::fuzz::strategies::{self as strat, Message, Pause};
+use crate::fuzz::seeds::Seeds;
+use crate::fuzz::states::Framing;
+use crate::fuzz::strategies::{self as strat, Message, Pause, Pool};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
@@ -88,12 +90,9 @@ fn method_names() -> Vec<String> {
     m
 }
 
-/// The most golden requests of one method, so each method is fuzzed about
-/// as often as the others.
-const PER_METHOD: usize = 3;
-
 /// The requests of the corpus, as Vibe would write them, with templates left
-/// for the driver to expand against the live target. Commands that sleep,
+/// for the driver to expand against the live target (a tool's name and
+/// input filled in from the first declared tool). Commands that sleep,
 /// start Python or write megabytes are left out, to keep the inputs fast.
 fn golden(session: &Session) -> Result<Vec<Value>, RunError> {
     let cases = crate::case::load::<super::ServerCases>(&[])
@@ -104,52 +103,27 @@ fn golden(session: &Session) -> Result<Vec<Value>, RunError> {
             super::validate::example_input(&t.input_schema, 0),
         )
     });
-    let mut out: Vec<Value> = Vec::new();
-    let mut id = 0;
-    for case in &cases {
-        for step in case.steps.iter().chain(&case.finally) {
-            let crate::step::Action::Send(send) = &step.action else {
-                continue;
-            };
-            let mut params = send.params.clone();
-            let text = params.to_string();
-            if text.contains("${tool") {
-                let Some((name, input)) = &tool else { continue };
-                if let Value::Object(p) = &mut params {
-                    if p.get("name").is_some_and(|n| n == "${tool.name}") {
-                        p.insert("name".into(), json!(name));
-                    }
-                    if p.get("input").is_some_and(|n| n == "${tool.input}") {
-                        p.insert("input".into(), input.clone());
-                    }
+    let mut seeds = Seeds::new(0);
+    seeds.sends(&cases, |send| {
+        let mut params = send.params.clone();
+        if params.to_string().contains("${tool") {
+            let (name, input) = tool.as_ref()?;
+            if let Value::Object(p) = &mut params {
+                if p.get("name").is_some_and(|n| n == "${tool.name}") {
+                    p.insert("name".into(), json!(name));
+                }
+                if p.get("input").is_some_and(|n| n == "${tool.input}") {
+                    p.insert("input".into(), input.clone());
                 }
             }
-            let command = params.get("command").and_then(Value::as_str).unwrap_or("");
-            if ["sleep", "${python", "dd ", "${bulk"]
-                .iter()
-                .any(|w| command.contains(w))
-            {
-                continue;
-            }
-            let per_method = out.iter().filter(|g| g["method"] == send.method).count();
-            if per_method >= PER_METHOD {
-                continue;
-            }
-            id += 1;
-            let mut m = serde_json::Map::new();
-            m.insert("jsonrpc".into(), json!("2.0"));
-            if !send.notification {
-                m.insert("id".into(), send.id.clone().unwrap_or(json!(id)));
-            }
-            m.insert("method".into(), json!(send.method));
-            m.insert("params".into(), params);
-            let v = Value::Object(m);
-            if !out.contains(&v) {
-                out.push(v);
-            }
         }
-    }
-    Ok(out)
+        let command = params.get("command").and_then(Value::as_str).unwrap_or("");
+        let slow = ["sleep", "${python", "dd ", "${bulk"]
+            .iter()
+            .any(|w| command.contains(w));
+        (!slow).then_some(params)
+    });
+    Ok(seeds.into_messages())
 }
 
 /// `conform fuzz --protocol agent-socket`: the harness on the target, the
@@ -159,12 +133,11 @@ pub fn start<'a>(
     options: &'a fuzz::Options,
     progress: &'a mut dyn FnMut(&str),
 ) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
-    Box::pin(async move {
-        let h = Arc::new(Harness::new(setup.target, setup.startup, setup.timeout).await?);
-        let report = fuzz::fuzz(h.clone(), options, progress).await;
-        let notes = h.finish().await;
-        Ok((report?, notes))
-    })
+    fuzz::start(
+        Harness::new(setup.target, setup.startup, setup.timeout),
+        options,
+        progress,
+    )
 }
 
 impl Harness {
@@ -191,13 +164,6 @@ impl Harness {
         let mut session = Session::new(Connector::Unix(started.socket.clone()), exit, false);
         session.handshake().await;
         session
-    }
-
-    /// Stops the target, with what it said on the way out.
-    pub async fn finish(&self) -> Vec<String> {
-        let mut notes = Vec::new();
-        stop(&mut *self.started.lock().await, &mut notes, false).await;
-        notes
     }
 
     /// `v` with the live target's values in place of its templates.
@@ -235,8 +201,8 @@ impl Harness {
         }
     }
 
-    fn bytes(&self, m: &Message) -> Vec<u8> {
-        let mut v = m.value(&self.golden);
+    fn bytes(&self, m: &Message, pool: &Pool) -> Vec<u8> {
+        let mut v = m.value(pool);
         self.keep_commands(&mut v);
         // Templates stay for the driver to expand against the target of the
         // replay, unless the bytes are cut or sized: then they are expanded
@@ -288,20 +254,49 @@ impl fuzz::Harness for Harness {
         strategy(self.methods.clone())
     }
 
-    fn case(&self, input: &Input, id: &str) -> Value {
-        let mut bytes = self.bytes(&input.message);
+    fn golden(&self) -> Vec<Value> {
+        self.golden.clone()
+    }
+
+    fn messages(&self, input: &Input, pool: &Pool, _index: u64) -> Vec<Value> {
+        std::iter::once(&input.message)
+            .chain(&input.second)
+            .map(|m| {
+                let mut v = m.value(pool);
+                self.keep_commands(&mut v);
+                v
+            })
+            .collect()
+    }
+
+    fn framing(&self) -> Framing {
+        Framing::Lines
+    }
+
+    fn known(&self, method: &str) -> bool {
+        table::METHODS.iter().any(|m| m.name == method)
+    }
+
+    fn finish(self: Arc<Self>) -> fuzz::live::BoxFuture<'static, Vec<String>> {
+        Box::pin(async move {
+            let mut notes = Vec::new();
+            stop(&mut *self.started.lock().await, &mut notes, false).await;
+            notes
+        })
+    }
+
+    fn case(&self, input: &Input, pool: &Pool, id: &str, _index: u64) -> Value {
+        let mut bytes = self.bytes(&input.message, pool);
         if let Some(second) = &input.second {
-            bytes.extend(self.bytes(second));
+            bytes.extend(self.bytes(second, pool));
         }
         // Damaged or sized messages had their templates expanded already.
         let mut step = strat::write_step(bytes, &input.pauses, true);
         // An unchanged request that carries an id is answered; anything else
         // may be, and what comes must be a whole, well-formed reply.
-        let due = input.message.is_golden()
+        let due = input.message.is_golden(pool)
             && input.second.is_none()
-            && self.golden[input.message.golden.index(self.golden.len())]
-                .get("id")
-                .is_some();
+            && pool.resolve(&input.message.base).0.get("id").is_some();
         let expect = json!({"reply": if due { "due" } else { "if-any" }});
         let timeout = self.timeout;
         let mut steps = Vec::new();

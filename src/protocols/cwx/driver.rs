@@ -11,6 +11,7 @@ use super::validate::{self, HostMessage};
 use crate::case::Case;
 use crate::drive::stdio::{self, AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
+use crate::fuzz::readings::{How, Id, Readings};
 use crate::keep::Keep;
 use crate::matcher::{self, truncate};
 use crate::outcome::{CaseResult, SkipKind};
@@ -104,7 +105,7 @@ pub struct Context {
 
 /// The limits conform sends in `host/initialize`: the core's own, unless
 /// the case lowers one.
-fn initialize_params(limits: &Limits) -> Value {
+pub(crate) fn initialize_params(limits: &Limits) -> Value {
     json!({"protocol": super::table::PROTOCOL_VERSION, "limits": {
         "max_frame": limits.max_frame.unwrap_or(crate::wire::frame::MAX_FRAME as u64),
         "max_inflight": limits.max_inflight.unwrap_or(super::table::MAX_INFLIGHT as u64),
@@ -140,11 +141,12 @@ pub struct HostWatch {
     /// does not grow conform.
     kept: Keep,
     violations: Vec<Violation>,
-    /// Ids of raw messages conform sent that no core would (not a u64, or
-    /// null for a payload whose id it cannot read): the host may echo them,
-    /// or answer with a null id, which the core's parser refuses but no core
-    /// would ever provoke.
-    odd_ids: Vec<Value>,
+    /// Ids of raw messages conform sent that no core would (not a u64
+    /// written as one, another reading of the payload than the core's, or
+    /// null for a payload whose id a reader may not find): the host may
+    /// echo them, by value, or answer with a null id, which the core's
+    /// parser refuses but no core would ever provoke.
+    odd_ids: Vec<Id>,
     /// The limits conform sent in host/initialize: (max_frame, max_inflight).
     limits: Option<(u64, u64)>,
     /// The host's requests conform has not answered yet.
@@ -353,34 +355,29 @@ impl stdio::Watch for HostWatch {
             rest = &rest[used..];
             match item {
                 Some(Ok(payload)) => {
-                    if serde_json::from_slice::<Value>(&payload).is_err() {
-                        // A payload a strict parser refuses may be answered
-                        // with a null id, or (read leniently) with its own:
-                        // neither answer is held to the answer rule.
-                        self.odd_ids.push(Value::Null);
-                        let lenient = String::from_utf8_lossy(&payload);
-                        if let Ok(v) = serde_json::from_str::<Value>(&lenient)
-                            && let Some(id) = v.get("id").and_then(Value::as_u64)
-                        {
-                            self.odd_ids.push(json!(id));
-                            let method = v["method"].as_str().unwrap_or("a raw request");
-                            self.outstanding.insert(id, method.to_owned());
-                        }
-                        continue;
-                    }
-                    let Some(v) = crate::jsonrpc::read_message(&payload) else {
-                        self.odd_ids.push(Value::Null);
+                    // A payload some legal reader refuses may be answered
+                    // with a null id; a reading other than the core's (a
+                    // byte-order mark ignored, a duplicated id, an id not
+                    // written as a u64) with the id it reads.
+                    let Some(readings) = Readings::of(&payload) else {
+                        self.odd_ids.push(Id::Null);
                         continue;
                     };
-                    let method = v.get("method").and_then(Value::as_str);
-                    match (method, v.get("id")) {
-                        (Some(m), Some(id)) if id.is_u64() => {
-                            let id = id.as_u64().unwrap_or_default();
-                            self.learn(id, m, &v["params"], false);
-                            self.outstanding.insert(id, m.to_owned());
+                    if readings.unreadable || readings.objects.is_empty() {
+                        self.odd_ids.push(Id::Null);
+                    }
+                    for o in &readings.objects {
+                        let method = o.members.get("method").and_then(Value::as_str);
+                        let core_id = o.members.get("id").and_then(Value::as_u64);
+                        match (method, core_id, &o.id) {
+                            (Some(m), Some(id), _) if o.how == How::AsWritten => {
+                                let params = o.members.get("params").cloned().unwrap_or(Value::Null);
+                                self.learn(id, m, &params, false);
+                                self.outstanding.insert(id, m.to_owned());
+                            }
+                            (_, _, Some(id)) => self.odd_ids.extend([id.clone(), Id::Null]),
+                            _ => self.odd_ids.push(Id::Null),
                         }
-                        (_, Some(id)) => self.odd_ids.extend([id.clone(), Value::Null]),
-                        _ => self.odd_ids.push(Value::Null),
                     }
                 }
                 Some(Err(_)) => break,
@@ -419,7 +416,9 @@ impl stdio::Watch for HostWatch {
         // An answer to a request no core would send is neither the core's
         // business nor the host's fault: only its kind is recorded.
         let odd = value.get("method").is_none()
-            && value.get("id").is_some_and(|id| self.odd_ids.contains(id));
+            && value
+                .get("id")
+                .is_some_and(|id| self.odd_ids.contains(&Id::from_value(id)));
         let tier = self.tier.unwrap_or(Tier::Plugin);
         match validate::parse_host_message(value.clone(), tier) {
             Err(_) if odd => stdio::Incoming::Other,

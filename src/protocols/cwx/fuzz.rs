@@ -21,20 +21,28 @@
 //!
 //! Every frame the host writes is checked by the case's watch, always.
 
-use super::driver::{Context, Extension};
+use super::driver::{self, Context, Extension, HostWatch};
 use super::table::{self, Direction, Tier};
 use super::{launcher_for, preflight, reference, validate};
+use crate::drive::stdio::{AnswerFuture, Answerer, Incoming, Session, Watch};
 use crate::error::RunError;
-use crate::fuzz::strategies::{self as strat, Message, Pause};
+use crate::fuzz::live::{Live, Probe, Slot, StdioLive};
+use crate::fuzz::readings::Id;
+use crate::fuzz::seeds::{Seeds, without_templates};
+use crate::fuzz::states::Framing;
+use crate::fuzz::strategies::{self as strat, Message, Pause, Pool};
 use crate::fuzz::{self, ResetFuture};
 use crate::runner::CaseFuture;
 use crate::target::Target;
+use crate::transport::stdio::Launcher;
+use crate::wire::Codec;
 use crate::wire::frame::{FrameDecoder, MAX_FRAME};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// A frame's header: true, or lying.
 #[derive(Debug, Clone)]
@@ -112,53 +120,26 @@ pub struct Harness {
     methods: Vec<String>,
 }
 
-/// Ids conform's own requests take in a case (the set-up, the probe).
+/// Ids conform's own requests take in a case, or in a live host's inputs
+/// run as one (the set-up, the probes: see `fuzz::live::EVERY`).
 const OWN_IDS: u64 = 64;
 
 fn golden() -> Result<Vec<Value>, RunError> {
     let cases =
         crate::case::load::<super::HostCases>(&[]).map_err(|e| RunError::Conform(e.to_string()))?;
-    let mut out: Vec<Value> = Vec::new();
-    let mut id = 100;
-    let mut push = |out: &mut Vec<Value>, method: &str, params: Value, request: bool| {
-        id += 1;
-        let mut m = serde_json::Map::new();
-        m.insert("jsonrpc".into(), json!("2.0"));
-        if request {
-            m.insert("id".into(), json!(id));
+    let mut seeds = Seeds::new(100);
+    seeds.sends(&cases, |send| {
+        if send.method == "host/shutdown" {
+            return None;
         }
-        m.insert("method".into(), json!(method));
-        m.insert("params".into(), params);
-        let v = Value::Object(m);
-        if !out.contains(&v) {
-            out.push(v);
-        }
-    };
-    for case in &cases {
-        for step in &case.steps {
-            let crate::step::Action::Send(send) = &step.action else {
-                continue;
-            };
-            if send.params.to_string().contains("${") || send.method == "host/shutdown" {
-                continue;
-            }
-            push(
-                &mut out,
-                &send.method,
-                send.params.clone(),
-                !send.notification,
-            );
-        }
-    }
+        without_templates(&send.params, &[])
+    });
     for m in table::METHODS {
-        if m.direction == Direction::CoreToHost
-            && m.name != "host/shutdown"
-            && !out.iter().any(|g| g["method"] == m.name)
-        {
-            push(&mut out, m.name, json!({}), m.request);
+        if m.direction == Direction::CoreToHost && m.name != "host/shutdown" && !seeds.has(m.name) {
+            seeds.push(m.name, json!({}), None, !m.request);
         }
     }
-    Ok(out)
+    Ok(seeds.into_messages())
 }
 
 fn method_names() -> Vec<String> {
@@ -168,26 +149,112 @@ fn method_names() -> Vec<String> {
     m
 }
 
-/// Keeps generated ids clear of conform's own.
+/// Keeps generated ids clear of conform's own, by value (`7.0` is 7 to a
+/// host that reads numbers as JavaScript does).
 fn clear_ids(v: &mut Value) {
     if let Some(id) = v.get_mut("id")
-        && id.as_u64().is_some_and(|n| n < OWN_IDS)
+        && let Id::Num(n) = Id::from_value(id)
+        && n.as_u64().is_some_and(|n| n < OWN_IDS)
     {
-        *id = json!(id.as_u64().unwrap_or(0) + 1000);
+        *id = json!(n.as_u64().unwrap_or(0) + 1000);
     }
 }
 
-/// `conform fuzz --protocol cwx`: a fresh host per input.
+/// Methods whose request leaves the host changed for the inputs after it:
+/// a second `host/initialize` may set other limits (a `max_frame` under
+/// what the model of the core's reading allows). A live host takes no
+/// input after one.
+const LEAVES_STATE: &[&str] = &["host/initialize"];
+
+/// `conform fuzz --protocol cwx`: persistent hosts, each set up to `ready` once.
 pub fn start<'a>(
     setup: crate::suite::FuzzSetup,
     options: &'a fuzz::Options,
     progress: &'a mut dyn FnMut(&str),
 ) -> crate::suite::BoxFuture<'a, crate::suite::FuzzOutcome> {
-    Box::pin(async move {
-        let h = Harness::new(setup.target, setup.tier, setup.startup, setup.timeout).await?;
-        Ok((fuzz::fuzz(Arc::new(h), options, progress).await?, vec![]))
-    })
+    fuzz::start(
+        Harness::new(setup.target, setup.tier, setup.startup, setup.timeout),
+        options,
+        progress,
+    )
 }
+
+/// How conform answers a live host's requests, as the driver's core does:
+/// a handle for each registration, the rest refused.
+#[derive(Default)]
+struct Core {
+    next_handle: u64,
+}
+
+impl Answerer for Core {
+    fn answer<'a>(
+        &'a mut self,
+        id: &'a Value,
+        method: &'a str,
+        _params: &'a Value,
+        _within: Duration,
+    ) -> AnswerFuture<'a> {
+        let answer = match method {
+            "registry/register" => {
+                self.next_handle += 1;
+                json!({"jsonrpc": "2.0", "id": id, "result": {"handle": self.next_handle}})
+            }
+            "registry/unregister" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+            _ => json!({"jsonrpc": "2.0", "id": id, "error": {"code": table::code::REFUSED,
+                "message": format!("conform's core serves no {method}")}}),
+        };
+        Box::pin(async move { Some(answer) })
+    }
+}
+
+/// The host's watch, and whether it has said `host/hello` and `host/ready`
+/// (notifications the watch admitted), for a live host's set-up.
+struct Watching {
+    inner: HostWatch,
+    said: Vec<String>,
+}
+
+impl Watch for Watching {
+    fn sent(&mut self, message: &Value) -> Option<String> {
+        self.inner.sent(message)
+    }
+    fn sent_raw(&mut self, bytes: &[u8]) {
+        self.inner.sent_raw(bytes)
+    }
+    fn received(&mut self, payload: &[u8]) -> Incoming {
+        let incoming = self.inner.received(payload);
+        if self.said.len() < 2
+            && !self.inner.halted()
+            && let Ok(v) = crate::jsonrpc::parse_json(payload)
+            && let Some(m) = v.get("method").and_then(Value::as_str)
+        {
+            self.said.push(m.to_owned());
+        }
+        incoming
+    }
+    fn broke(&mut self, why: &str) -> bool {
+        self.inner.broke(why)
+    }
+    fn ended_inside(&mut self, partial: &[u8]) -> Option<crate::evidence::Finding> {
+        self.inner.ended_inside(partial)
+    }
+    fn halted(&self) -> bool {
+        self.inner.halted()
+    }
+    fn findings(&self) -> Vec<crate::evidence::Finding> {
+        self.inner.findings()
+    }
+    fn kept_note(&self) -> Option<String> {
+        self.inner.kept_note()
+    }
+}
+
+/// "| `host/initialize` | `HANDSHAKE_DEADLINE` (30 s) |"
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(30);
+/// "| `host/ping` | `PING_DEADLINE` (10 s) |"
+const PING_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a live host has to end once its stdin closes.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 impl Harness {
     pub async fn new(
@@ -196,12 +263,29 @@ impl Harness {
         startup: Duration,
         timeout: f64,
     ) -> Result<Self, RunError> {
-        let launcher = launcher_for(&target, tier)?;
-        preflight(&launcher, startup).await?;
         let extension = matches!(target, Target::Builtin).then(|| Extension {
             path: reference::TOY_ENTRY.into(),
             sha256: reference::TOY_SHA256.into(),
         });
+        Self::on(
+            launcher_for(&target, tier)?,
+            tier,
+            extension,
+            startup,
+            timeout,
+        )
+        .await
+    }
+
+    /// The harness on the hosts `launcher` starts.
+    pub async fn on(
+        launcher: Launcher,
+        tier: Tier,
+        extension: Option<Extension>,
+        startup: Duration,
+        timeout: f64,
+    ) -> Result<Self, RunError> {
+        preflight(&launcher, startup).await?;
         Ok(Harness {
             ctx: Arc::new(Context {
                 launcher,
@@ -217,17 +301,37 @@ impl Harness {
         })
     }
 
-    /// One frame's bytes; `ids` are those of the frames before it, which it
-    /// does not repeat (two requests with one id cannot be told apart).
-    fn frame(&self, f: &Frame, ids: &mut Vec<Value>) -> Vec<u8> {
-        let mut v = f.message.value(&self.golden);
+    /// One frame's message, its id clear of conform's and of `ids`, those
+    /// of the frames before it (two requests with one id, by value, cannot
+    /// be told apart). An integer id the mutations left as it was becomes
+    /// one of its own, from the input's number, so a live host that answers
+    /// late never meets it again in a later input.
+    fn value(&self, f: &Frame, pool: &Pool, ids: &mut Vec<Id>, index: u64) -> Value {
+        let mut v = f.message.value(pool);
+        strat::own_id(&mut v, &f.message, index, ids.len());
         clear_ids(&mut v);
         if let Some(id) = v.get_mut("id") {
-            if ids.contains(id) {
+            if ids.contains(&Id::from_value(id)) {
                 *id = json!(5000 + ids.len());
             }
-            ids.push(id.clone());
+            ids.push(Id::from_value(id));
         }
+        v
+    }
+
+    /// The bytes of input number `index`'s frames.
+    fn bytes(&self, input: &Input, pool: &Pool, index: u64) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut ids = Vec::new();
+        for f in &input.frames {
+            bytes.extend(self.frame(f, pool, &mut ids, index));
+        }
+        bytes
+    }
+
+    /// One frame's bytes (see [`Harness::value`]).
+    fn frame(&self, f: &Frame, pool: &Pool, ids: &mut Vec<Id>, index: u64) -> Vec<u8> {
+        let v = self.value(f, pool, ids, index);
         let (payload, _) = f.message.encode(v);
         let len = payload.len() as u32;
         let mut out = Vec::with_capacity(payload.len() + 8);
@@ -266,7 +370,13 @@ impl Harness {
         let Ok(v) = serde_json::from_slice::<Value>(payload) else {
             return false;
         };
-        if v.get("method").and_then(Value::as_str) == Some("host/shutdown") {
+        // The core sends `host/initialize` once, before `ready`, and
+        // `host/shutdown` to end the host: neither is a message after the
+        // handshake a host must survive.
+        if matches!(
+            v.get("method").and_then(Value::as_str),
+            Some("host/shutdown" | "host/initialize")
+        ) {
             return false;
         }
         if validate::parse_core_message(v.clone(), self.tier).is_ok() {
@@ -283,12 +393,77 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// A live host: started and set up to `ready` as a generated case's
+    /// set-up does it (`host/hello`, `host/initialize` with id 1, `host/ready`).
+    async fn live(&self) -> Result<Box<dyn Live>, String> {
+        let stream = self
+            .ctx
+            .launcher
+            .start(&[], Codec::Frames)
+            .map_err(|e| format!("cannot start the host: {e}"))?;
+        let watch = Watching {
+            inner: HostWatch::new(self.tier),
+            said: Vec::new(),
+        };
+        let mut s = Session::new(stream, "host", watch, Instant::now(), 1);
+        let mut role = Core::default();
+        let said =
+            |m: &'static str| move |s: &Session<Watching>| s.watch.said.iter().any(|x| x == m);
+        let mut ok = s
+            .pump(
+                &mut role,
+                Instant::now() + self.ctx.startup,
+                &said("host/hello"),
+            )
+            .await;
+        if ok {
+            ok = match s
+                .request("host/initialize", driver::initialize_params(&super::steps::Limits::default()))
+                .await
+            {
+                Some(key) => s
+                    .answer(&mut role, &key, "host/initialize", HANDSHAKE_DEADLINE)
+                    .await
+                    .is_some(),
+                None => false,
+            };
+        }
+        if ok {
+            ok = s
+                .pump(
+                    &mut role,
+                    Instant::now() + PING_DEADLINE,
+                    &said("host/ready"),
+                )
+                .await;
+        }
+        if !ok || !s.ev.findings.is_empty() || s.watch.halted() {
+            s.finish(&mut role, EXIT_GRACE).await;
+            return Err("the host's set-up failed".into());
+        }
+        Ok(Box::new(StdioLive::<super::HostCases, Watching, Core> {
+            s,
+            role,
+            probe: Probe {
+                method: "host/ping",
+                what: "a probe (host/ping)",
+                answered: "the host still answers host/ping",
+                deadline: PING_DEADLINE,
+            },
+            grace: EXIT_GRACE,
+            keep: None,
+            _dialect: std::marker::PhantomData,
+        }))
+    }
+}
+
 impl fuzz::Harness for Harness {
     type Input = Input;
 
     fn strategy(&self) -> BoxedStrategy<Input> {
         let header = prop_oneof![
-            30 => Just(Header::True),
+            150 => Just(Header::True),
             2 => any::<Index>().prop_map(Header::BadMagic),
             2 => prop::sample::select(vec![MAX_FRAME as u32, MAX_FRAME as u32 + 1, u32::MAX])
                 .prop_map(Header::Claims),
@@ -301,7 +476,7 @@ impl fuzz::Harness for Harness {
         )
             .prop_map(|(message, header)| Frame { message, header });
         (
-            prop_oneof![8 => Just("ready"), 1 => Just("hello"), 1 => Just("none")],
+            prop_oneof![38 => Just("ready"), 1 => Just("hello"), 1 => Just("none")],
             prop::collection::vec(frame, 1..4),
             strat::pauses(),
         )
@@ -313,12 +488,62 @@ impl fuzz::Harness for Harness {
             .boxed()
     }
 
-    fn case(&self, input: &Input, id: &str) -> Value {
-        let mut bytes = Vec::new();
+    fn golden(&self) -> Vec<Value> {
+        self.golden.clone()
+    }
+
+    /// Not a message that ends its live host: preferring those would spend
+    /// the run starting hosts.
+    fn messages(&self, input: &Input, pool: &Pool, index: u64) -> Vec<Value> {
         let mut ids = Vec::new();
-        for f in &input.frames {
-            bytes.extend(self.frame(f, &mut ids));
+        input
+            .frames
+            .iter()
+            .map(|f| self.value(f, pool, &mut ids, index))
+            .filter(|v| {
+                !v.get("method")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| LEAVES_STATE.contains(&m))
+            })
+            .collect()
+    }
+
+    /// An input before `ready` needs a fresh host; one whose bytes end the
+    /// host (a header the core refuses, the end of input inside a frame) or
+    /// leave it changed is the last its live host takes.
+    fn slot(&self, input: &Input, pool: &Pool) -> Slot {
+        if input.setup != "ready" {
+            return Slot::Alone;
         }
+        let leaves = input.frames.iter().any(|f| {
+            f.message
+                .value(pool)
+                .get("method")
+                .and_then(Value::as_str)
+                .is_some_and(|m| LEAVES_STATE.contains(&m))
+        });
+        // The input's number changes its ids' digits, never how the
+        // core's decoder cuts its bytes.
+        match model(&self.bytes(input, pool, 0)) {
+            Read::Whole(_) if !leaves => Slot::Shared,
+            _ => Slot::Last,
+        }
+    }
+
+    fn start_live(self: Arc<Self>) -> Option<fuzz::live::Starting> {
+        Some(Box::pin(async move { self.live().await }))
+    }
+
+    fn framing(&self) -> Framing {
+        Framing::Frames
+    }
+
+    fn known(&self, method: &str) -> bool {
+        table::METHODS.iter().any(|m| m.name == method)
+    }
+
+    fn case(&self, input: &Input, pool: &Pool, id: &str, index: u64) -> Value {
+        let bytes = self.bytes(input, pool, index);
         let read = model(&bytes);
         let write = Value::Object(strat::write_step(bytes, &input.pauses, false));
         let timeout = self.timeout;
