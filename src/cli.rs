@@ -39,6 +39,18 @@ pub enum Command {
     /// The scripted peer a client under test starts through `{agent}` (internal).
     #[command(hide = true)]
     Peer(PeerArgs),
+    /// Print a completion script for SHELL (clap_complete), e.g.
+    /// `conform completions bash > /etc/bash_completion.d/conform`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print conform's manual page (roff, clap_mangen), or write one page a
+    /// command into DIR (conform.1, conform-run.1, ...).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The protocol and the role under test, as every subcommand takes them.
@@ -238,7 +250,43 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
         Command::List(args) => list(args),
         Command::Reference(args) => reference(args).await,
         Command::Peer(args) => peer(args).await,
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write (a
+            // closed pipe), and a panic in conform is a bug.
+            let mut script = Vec::new();
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "conform", &mut script);
+            print_bytes(&script);
+            Ok(0)
+        }
+        Command::Man { dir } => man(dir.as_deref()),
     }
+}
+
+/// `conform man`: the page on standard output, or every page into `dir`.
+fn man(dir: Option<&std::path::Path>) -> Result<i32, RunError> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let written = match dir {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| clap_mangen::generate_to(cmd, dir))
+            .map_err(|e| format!("cannot write the manual pages to {}: {e}", dir.display())),
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .map_err(|e| format!("cannot render the manual page: {e}"))
+                .map(|()| print_bytes(&page))
+        }
+    };
+    written.map(|()| 0).map_err(RunError::Conform)
+}
+
+/// Writes `bytes` to standard output; a reader that went away (`| head`)
+/// is not an error.
+fn print_bytes(bytes: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
 }
 
 fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {

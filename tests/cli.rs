@@ -515,3 +515,63 @@ fn the_html_report_is_self_contained_and_renders_headless() {
         "a rendered page"
     );
 }
+
+#[test]
+fn completions_and_the_man_page_follow_the_command_line() {
+    let out = conform().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let script = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "_conform()",
+        "complete -F _conform",
+        "--protocol",
+        "--shard",
+        "completions",
+    ] {
+        assert!(script.contains(word), "bash completion lacks {word}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("conform.bash");
+    std::fs::write(&file, &script).unwrap();
+    let syntax = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = conform().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("conform"));
+    }
+    let out = conform().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not a shell clap_complete knows"
+    );
+
+    let out = conform().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH conform 1"), "{page}");
+    assert!(page.contains("conform\\-run(1)"), "{page}");
+    let pages = dir.path().join("man");
+    let out = conform()
+        .arg("man")
+        .arg("--dir")
+        .arg(&pages)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let run = std::fs::read_to_string(pages.join("conform-run.1")).unwrap();
+    assert!(run.contains("\\-\\-expected\\-failures"), "{run}");
+    assert!(
+        !pages.join("conform-peer.1").exists(),
+        "the internal command has no page"
+    );
+}

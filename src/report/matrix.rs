@@ -49,21 +49,27 @@ pub fn render(reports: &[RunReport], format: Format, with_list: bool) -> String 
         Format::Human => human_matrix(reports, with_list),
         Format::Json => json_matrix(reports),
         Format::Junit => {
-            let refs: Vec<&RunReport> = reports.iter().collect();
-            let names: Vec<String> = reports
+            let runs: Vec<(&RunReport, String)> = reports
                 .iter()
                 .enumerate()
                 .map(|(i, r)| {
-                    format!(
+                    let name = format!(
                         "conform {} {} {} {}",
                         r.protocol,
                         r.role,
                         label(i),
                         r.target
-                    )
+                    );
+                    (r, name)
                 })
                 .collect();
-            junit_document(&refs, &names)
+            let first = reports.first();
+            let name = format!(
+                "conform {} {} matrix",
+                first.map(|r| r.protocol.id()).unwrap_or(""),
+                first.map(|r| r.role.id()).unwrap_or("")
+            );
+            junit::document(&name, &runs)
         }
         Format::Markdown => markdown_matrix(reports),
         Format::Html => html_matrix(reports),

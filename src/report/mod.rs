@@ -1,5 +1,6 @@
 //! Report formats. Each is a pure function of a [`RunReport`].
 
+pub mod junit;
 pub mod list;
 pub mod matrix;
 
@@ -57,7 +58,7 @@ pub fn render(report: &RunReport, format: Format) -> String {
     match format {
         Format::Human => human(report, true),
         Format::Json => json(report),
-        Format::Junit => junit(report),
+        Format::Junit => junit::single(report),
         Format::Markdown => markdown(report),
         Format::Html => html(report),
     }
@@ -205,156 +206,6 @@ fn json(report: &RunReport) -> String {
         serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
     s.push('\n');
     s
-}
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 allows only these control characters.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{:.3}", ms as f64 / 1000.0)
-}
-
-/// The `name tests failures errors time` attributes of runs taken together
-/// (a testsuites element, or one run's testsuite).
-fn junit_counts(name: &str, reports: &[&RunReport]) -> String {
-    let sum = |f: fn(&RunReport) -> usize| reports.iter().map(|r| f(r)).sum::<usize>();
-    let total_ms: u64 = reports
-        .iter()
-        .flat_map(|r| &r.cases)
-        .map(|c| c.duration_ms)
-        .sum();
-    format!(
-        "name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\"",
-        xml_escape(name),
-        sum(|r| r.summary.total + r.summary.unexercised),
-        sum(|r| r.summary.failed + r.summary.unexercised),
-        sum(|r| r.summary.errors),
-        seconds(total_ms)
-    )
-}
-
-fn junit(report: &RunReport) -> String {
-    junit_document(
-        &[report],
-        &[format!("conform {} {}", report.protocol, report.role)],
-    )
-}
-
-/// A JUnit document of one testsuite a run. The Jenkins schema
-/// (junit-10.xsd) admits `skipped` on a testsuite only, not on testsuites.
-fn junit_document(reports: &[&RunReport], names: &[String]) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let run_name = match reports {
-        [one] => format!("conform {} {}", one.protocol, one.role),
-        _ => format!(
-            "conform {} {} matrix",
-            reports.first().map(|r| r.protocol.id()).unwrap_or(""),
-            reports.first().map(|r| r.role.id()).unwrap_or("")
-        ),
-    };
-    let _ = writeln!(out, "<testsuites {}>", junit_counts(&run_name, reports));
-    for (report, name) in reports.iter().zip(names) {
-        junit_suite(report, name, &mut out);
-    }
-    out.push_str("</testsuites>\n");
-    out
-}
-
-fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
-    let _ = writeln!(
-        out,
-        "  <testsuite {} skipped=\"{}\">",
-        junit_counts(name, &[report]),
-        report.summary.skipped
-    );
-    let _ = writeln!(
-        out,
-        "    <properties><property name=\"target\" value=\"{}\"/></properties>",
-        xml_escape(&report.target)
-    );
-    for c in &report.cases {
-        let _ = write!(
-            out,
-            "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
-            xml_escape(report.protocol.id()),
-            xml_escape(&c.id),
-            seconds(c.duration_ms)
-        );
-        let mut body = String::new();
-        let mut transcript = String::new();
-        transcript_text(c, &mut transcript, "");
-        match c.outcome {
-            Outcome::Fail => {
-                let _ = writeln!(
-                    body,
-                    "      <failure message=\"{}\" type=\"{}\">{}</failure>",
-                    xml_escape(c.message.lines().next().unwrap_or("")),
-                    c.level.as_str(),
-                    xml_escape(&format!("{}\n\n{transcript}", c.message))
-                );
-            }
-            Outcome::Error => {
-                let _ = writeln!(
-                    body,
-                    "      <error message=\"{}\">{}</error>",
-                    xml_escape(c.message.lines().next().unwrap_or("")),
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Skip => {
-                let _ = writeln!(
-                    body,
-                    "      <skipped message=\"{}\"/>",
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Warn | Outcome::Info => {
-                let _ = writeln!(
-                    body,
-                    "      <system-out>{}: {}</system-out>",
-                    c.outcome.as_str().to_uppercase(),
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Pass => {}
-        }
-        if body.is_empty() {
-            out.push_str("/>\n");
-        } else {
-            let _ = write!(out, ">\n{body}    </testcase>\n");
-        }
-    }
-    // A MUST nothing exercised fails the run: CI readers see it as a failed
-    // test named after the requirement.
-    for u in &report.unexercised {
-        let why: Vec<String> = u
-            .cases
-            .iter()
-            .map(|c| format!("{}: {}", c.case, c.why))
-            .collect();
-        let _ = writeln!(
-            out,
-            "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      <failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>\n    </testcase>",
-            xml_escape(report.protocol.id()),
-            xml_escape(&u.requirement),
-            xml_escape(&why.join("\n"))
-        );
-    }
-    out.push_str("  </testsuite>\n");
 }
 
 fn md_cell(s: &str) -> String {
