@@ -130,6 +130,7 @@ pub fn bundle(
         ));
     }
     json!({
+        "schema_version": crate::report::schema::VERSION,
         "conform_version": report.conform_version,
         "protocol": report.protocol,
         "role": report.role,

@@ -45,6 +45,12 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Print the JSON Schema of `--format json` (report) or of the
+    /// certification bundle (certification): the contract of those files.
+    Schema {
+        #[arg(value_enum, default_value = "report")]
+        document: crate::report::schema::Document,
+    },
     /// Print conform's manual page (roff, clap_mangen), or write one page a
     /// command into DIR (conform.1, conform-run.1, ...).
     Man {
@@ -260,6 +266,10 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
             Ok(0)
         }
         Command::Man { dir } => man(dir.as_deref()),
+        Command::Schema { document } => {
+            print_bytes(document.text().as_bytes());
+            Ok(0)
+        }
     }
 }
 

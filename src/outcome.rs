@@ -297,6 +297,8 @@ impl Summary {
 /// Everything a report needs about one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
+    /// The version of the JSON contract ([`crate::report::schema`]).
+    pub schema_version: u32,
     pub protocol: crate::suite::Protocol,
     pub role: crate::suite::Role,
     pub target: String,
@@ -385,6 +387,7 @@ impl RunReport {
         notes: Vec<String>,
     ) -> RunReport {
         let mut report = RunReport {
+            schema_version: crate::report::schema::VERSION,
             protocol: suite.protocol,
             role: suite.role,
             target,

@@ -165,6 +165,9 @@ fn every_format_renders_and_output_writes_a_file() {
             text.contains("agent-socket/handshake/version"),
             "{format}: {text}"
         );
+        if format == "json" {
+            assert_eq!(support::report_from(text.as_bytes())["schema_version"], 1);
+        }
     }
 }
 
@@ -323,6 +326,9 @@ fn snapshot_every_format(name: &str, args: &[String]) {
             "{name} {format}: {out:?}"
         );
         let text = std::fs::read_to_string(&file).unwrap();
+        if format == "json" {
+            support::report_from(text.as_bytes());
+        }
         snapshot_rendered(&format!("format_{format}_{name}"), &text);
     }
 }
@@ -422,7 +428,7 @@ fn several_targets_make_a_matrix_in_every_format() {
         Some(1),
         "the broken column fails the run"
     );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = support::report_from(&out.stdout);
     assert_eq!(m["targets"].as_array().unwrap().len(), 2);
     assert_eq!(m["runs"].as_array().unwrap().len(), 2);
     assert_eq!(m["runs"][0]["summary"]["failed"], 0, "builtin passes");

@@ -51,7 +51,7 @@ fn replay(protocol: &str, target: &str, file: &Path, id: &str) -> (Option<i32>, 
         .args(["--filter", id])
         .output()
         .unwrap();
-    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let report = support::report_from(&o.stdout);
     (o.status.code(), report)
 }
 

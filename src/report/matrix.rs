@@ -190,6 +190,7 @@ fn json_matrix(reports: &[RunReport]) -> String {
         .collect();
     let first = reports.first();
     let doc = json!({
+        "schema_version": super::schema::VERSION,
         "protocol": first.map(|r| r.protocol.id()),
         "role": first.map(|r| r.role.id()),
         "target": targets.join(" | "),

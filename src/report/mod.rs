@@ -3,6 +3,7 @@
 pub mod junit;
 pub mod list;
 pub mod matrix;
+pub mod schema;
 
 use crate::outcome::{CaseResult, Direction, Outcome, RunReport};
 use clap::ValueEnum;
