@@ -112,7 +112,14 @@ pub fn bundle(
     if !complete {
         reasons.push("only part of the suite was selected (--filter or --shard)".into());
     }
-    if report.exit_code() != 0 {
+    if let Some(i) = &report.interrupted {
+        reasons.push(format!(
+            "the run was interrupted by {}: {} selected cases did not run",
+            i.signal,
+            i.not_run.len()
+        ));
+    }
+    if report.verdict_code() != 0 {
         reasons.push(format!(
             "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers, {} MUST requirements unexercised",
             report.summary.failed,
@@ -129,7 +136,7 @@ pub fn bundle(
             unexercised.join(", ")
         ));
     }
-    json!({
+    let mut b = json!({
         "schema_version": crate::report::schema::VERSION,
         "conform_version": report.conform_version,
         "protocol": report.protocol,
@@ -147,7 +154,11 @@ pub fn bundle(
         "waivers": report.waivers,
         "stale": report.stale,
         "requirements": requirements,
-    })
+    });
+    if let Some(i) = &report.interrupted {
+        b["interrupted"] = json!(i);
+    }
+    b
 }
 
 /// The bundle for a person.

@@ -199,6 +199,27 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
+    /// The record of a selected case that a run stopped by `signal` did not
+    /// finish: a skip for a reason outside the target's declaration, so a
+    /// MUST it alone checks is reported unexercised.
+    pub fn not_run(case: &crate::case::Listing, signal: StopSignal) -> CaseResult {
+        CaseResult {
+            id: case.id.clone(),
+            title: case.title.clone(),
+            level: case.level,
+            requirements: case.requirements.clone(),
+            outcome: Outcome::Skip,
+            message: format!(
+                "not run: the run was interrupted by {} before this case finished",
+                signal.name()
+            ),
+            duration_ms: 0,
+            skip_kind: Some(SkipKind::Outside),
+            findings: vec![],
+            transcript: vec![],
+        }
+    }
+
     /// The record of `case` before it runs: an error until its outcome is set.
     pub fn for_case<D: crate::case::Dialect>(
         case: &crate::case::Case<D>,
@@ -318,6 +339,44 @@ pub struct RunReport {
     /// MUST requirements the run did not exercise: they fail the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unexercised: Vec<Unexercised>,
+    /// Set when a signal stopped the run before every case finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+}
+
+/// A signal that ends a run early: Ctrl-C (SIGINT) or SIGTERM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Interrupt,
+    Terminate,
+}
+
+impl StopSignal {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Interrupt => "SIGINT",
+            StopSignal::Terminate => "SIGTERM",
+        }
+    }
+
+    /// 128 + the signal's number, as a shell reports a process it ended.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => 130,
+            StopSignal::Terminate => 143,
+        }
+    }
+}
+
+/// How a run a signal stopped ended.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Interruption {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: &'static str,
+    /// What conform exits with: 130 or 143.
+    pub exit_code: i32,
+    /// The selected cases that did not finish, reported as skipped.
+    pub not_run: Vec<String>,
 }
 
 /// A MUST requirement none of whose selected cases ran.
@@ -363,10 +422,19 @@ pub fn exercise(cases: &[&CaseResult], watched_and_any_ran: bool) -> Exercise {
 }
 
 impl RunReport {
-    /// Exit status per DESIGN.md: 1 when a case failed. An `error` outcome is
+    /// Exit status: 130 or 143 for a run a signal stopped, else
+    /// [`RunReport::verdict_code`].
+    pub fn exit_code(&self) -> i32 {
+        match &self.interrupted {
+            Some(i) => i.exit_code,
+            None => self.verdict_code(),
+        }
+    }
+
+    /// Exit status per DESIGN.md of the cases reported: 1 when a case failed. An `error` outcome is
     /// conform's own failure to run a case, which must not pass silently either.
     /// A MUST requirement left unexercised is not a pass either.
-    pub fn exit_code(&self) -> i32 {
+    pub fn verdict_code(&self) -> i32 {
         let failed = self.summary.failed - self.summary.waived.min(self.summary.failed);
         let s = &self.summary;
         if failed > 0 || s.errors > 0 || s.stale > 0 || s.unexercised > 0 {
@@ -399,8 +467,48 @@ impl RunReport {
             waivers: Default::default(),
             stale: vec![],
             unexercised: vec![],
+            interrupted: None,
         };
         report.mark_unexercised(suite.catalogue(), suite.watched);
+        report
+    }
+
+    /// The report of a run `signal` stopped: the cases of `chosen` (the
+    /// selection, in order) that finished, from `finished`, and the others
+    /// marked not run.
+    pub fn stopped(
+        suite: &crate::suite::Suite,
+        target: String,
+        strict: bool,
+        chosen: &[crate::case::Listing],
+        finished: Vec<CaseResult>,
+        signal: StopSignal,
+    ) -> RunReport {
+        let mut finished: std::collections::HashMap<String, CaseResult> =
+            finished.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let mut not_run = Vec::new();
+        let cases: Vec<CaseResult> = chosen
+            .iter()
+            .map(|l| {
+                finished.remove(&l.id).unwrap_or_else(|| {
+                    not_run.push(l.id.clone());
+                    CaseResult::not_run(l, signal)
+                })
+            })
+            .collect();
+        let note = format!(
+            "the run was interrupted by {}: {} of the {} selected cases finished; the other {} are reported as skipped (not run)",
+            signal.name(),
+            cases.len() - not_run.len(),
+            cases.len(),
+            not_run.len()
+        );
+        let mut report = RunReport::new(suite, target, strict, cases, vec![note]);
+        report.interrupted = Some(Interruption {
+            signal: signal.name(),
+            exit_code: signal.exit_code(),
+            not_run,
+        });
         report
     }
 

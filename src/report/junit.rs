@@ -71,6 +71,9 @@ fn millis(ms: u64) -> Duration {
 fn suite(report: &RunReport, name: &str) -> TestSuite {
     let mut suite = TestSuite::new(name);
     suite.add_property(Property::new("target", report.target.as_str()));
+    if let Some(i) = &report.interrupted {
+        suite.add_property(Property::new("interrupted", i.signal));
+    }
     let mut time = Duration::ZERO;
     for c in &report.cases {
         time += millis(c.duration_ms);

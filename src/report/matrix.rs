@@ -119,10 +119,9 @@ fn human_matrix(reports: &[RunReport], with_list: bool) -> String {
     }
     out.push('\n');
     for (i, r) in reports.iter().enumerate() {
-        let verdict = if r.exit_code() == 0 {
-            "passed"
-        } else {
-            "FAILED"
+        let verdict = match verdict(r) {
+            "PASSED" => "passed",
+            v => v,
         };
         let _ = writeln!(out, "{} {verdict}: {}", label(i), summary_line(r));
     }
@@ -189,7 +188,7 @@ fn json_matrix(reports: &[RunReport]) -> String {
         })
         .collect();
     let first = reports.first();
-    let doc = json!({
+    let mut doc = json!({
         "schema_version": super::schema::VERSION,
         "protocol": first.map(|r| r.protocol.id()),
         "role": first.map(|r| r.role.id()),
@@ -201,6 +200,26 @@ fn json_matrix(reports: &[RunReport]) -> String {
         "cases": cases,
         "runs": reports,
     });
+    // A signal stops every target at once: the first stopped run names it,
+    // and the rows some target did not finish are listed.
+    if let Some(i) = reports.iter().find_map(|r| r.interrupted.as_ref()) {
+        let not_run: Vec<&str> = rows(reports)
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| {
+                reports.iter().any(|r| {
+                    r.interrupted
+                        .as_ref()
+                        .is_some_and(|x| x.not_run.iter().any(|n| n == id))
+                })
+            })
+            .collect();
+        doc["interrupted"] = json!({
+            "signal": i.signal,
+            "exit_code": i.exit_code,
+            "not_run": not_run,
+        });
+    }
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
     s.push('\n');
     s
@@ -241,14 +260,14 @@ fn html_matrix(reports: &[RunReport]) -> String {
     let mut out = html_head(&title(reports));
     out.push_str("<table><tr><th>target</th><th>verdict</th><th>summary</th></tr>\n");
     for (i, r) in reports.iter().enumerate() {
-        let passed = r.exit_code() == 0;
+        let verdict = verdict(r);
         let _ = writeln!(
             out,
             "<tr><td><a href=\"#t{n}\">{}</a> <code>{}</code></td><td class=\"{}\">{}</td><td>{}</td></tr>",
             label(i),
             html_escape(&r.target),
-            if passed { "pass" } else { "fail" },
-            if passed { "PASSED" } else { "FAILED" },
+            if verdict == "PASSED" { "pass" } else { "fail" },
+            verdict,
             html_escape(&summary_line(r)),
             n = i + 1
         );

@@ -98,6 +98,22 @@ fn summary_line(report: &RunReport) -> String {
     } + &match s.unexercised {
         0 => String::new(),
         n => format!("; {n} MUST requirements unexercised (not a pass)"),
+    } + &match &report.interrupted {
+        Some(i) => format!(
+            "; INTERRUPTED by {}: {} cases not run",
+            i.signal,
+            i.not_run.len()
+        ),
+        None => String::new(),
+    }
+}
+
+/// A run's verdict in a word, for the HTML and matrix reports.
+fn verdict(report: &RunReport) -> &'static str {
+    match (&report.interrupted, report.exit_code()) {
+        (Some(_), _) => "INTERRUPTED",
+        (None, 0) => "PASSED",
+        (None, _) => "FAILED",
     }
 }
 
@@ -275,7 +291,8 @@ pub fn write_transcripts(
         ))
     };
     std::fs::create_dir_all(dir).map_err(fail)?;
-    for c in &report.cases {
+    let not_run: &[String] = report.interrupted.as_ref().map_or(&[], |i| &i.not_run);
+    for c in report.cases.iter().filter(|c| !not_run.contains(&c.id)) {
         let name: String =
             c.id.chars()
                 .map(|ch| {
@@ -364,11 +381,7 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
 /// with `anchor` so several runs fit on one page.
 fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
     use crate::case::Level;
-    let verdict = if report.exit_code() == 0 {
-        "PASSED"
-    } else {
-        "FAILED"
-    };
+    let verdict = verdict(report);
     let _ = writeln!(
         *out,
         "<p class=\"verdict {}\">{verdict}</p>\n<p>conform {} &middot; {}</p>",
