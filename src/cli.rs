@@ -144,6 +144,11 @@ pub struct RunArgs {
     /// with its verdict and evidence, the waivers, and the verdict.
     #[arg(long, value_name = "DIR")]
     pub certify: Option<PathBuf>,
+    /// Also write the report in FORMAT to FILE (repeatable): one run, every
+    /// format a CI job keeps, e.g. `--report junit=conform.xml
+    /// --report html=conform.html`.
+    #[arg(long = "report", value_name = "FORMAT=FILE")]
+    pub reports: Vec<report::ReportFile>,
 }
 
 #[derive(Debug, Args)]

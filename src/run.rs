@@ -105,6 +105,9 @@ pub async fn run(args: RunArgs) -> Result<i32, RunError> {
     }
     let with_list = !progress.listed_on_stdout();
     report::emit(&reports, args.format, with_list, args.output.as_deref())?;
+    for extra in &args.reports {
+        report::emit(&reports, extra.format, true, Some(&extra.path))?;
+    }
     Ok(report::matrix::exit_code(&reports))
 }
 

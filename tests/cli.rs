@@ -581,3 +581,50 @@ fn completions_and_the_man_page_follow_the_command_line() {
         "the internal command has no page"
     );
 }
+
+#[test]
+fn one_run_writes_every_report_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let out = run_agent_socket(&[
+        "--filter",
+        "agent-socket/handshake/",
+        "--format",
+        "markdown",
+        "--output",
+        &path("r.md"),
+        "--report",
+        &format!("json={}", path("r.json")),
+        "--report",
+        &format!("junit={}", path("r.xml")),
+        "--report",
+        &format!("HTML={}", path("r.html")),
+        "--report",
+        &format!("human={}", path("r.txt")),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json = support::report_from(&std::fs::read(path("r.json")).unwrap());
+    let total = json["summary"]["total"].as_u64().unwrap();
+    assert!(total > 0);
+    // The same run in every file: the same cases, counted the same way.
+    let xml = std::fs::read_to_string(path("r.xml")).unwrap();
+    assert!(xml.contains(&format!("tests=\"{total}\"")), "{xml}");
+    let md = std::fs::read_to_string(path("r.md")).unwrap();
+    let html = std::fs::read_to_string(path("r.html")).unwrap();
+    let human = std::fs::read_to_string(path("r.txt")).unwrap();
+    let counts = format!(
+        "{total} cases, {} passed, {} failed",
+        json["summary"]["passed"], json["summary"]["failed"]
+    );
+    for text in [&md, &html, &human] {
+        assert!(text.contains(&counts), "{counts}: {text}");
+    }
+    assert!(
+        human.contains("[1/"),
+        "a human report in a file lists its cases"
+    );
+    for bad in ["pdf=x", "json", "json="] {
+        let out = run_agent_socket(&["--report", bad]);
+        assert_eq!(out.status.code(), Some(2), "--report {bad}");
+    }
+}

@@ -19,6 +19,31 @@ pub enum Format {
     Html,
 }
 
+/// `--report FORMAT=FILE`: a report written to a file beside the main one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFile {
+    pub format: Format,
+    pub path: std::path::PathBuf,
+}
+
+impl std::str::FromStr for ReportFile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (format, path) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not FORMAT=FILE"))?;
+        let format = Format::from_str(format, true)?;
+        if path.is_empty() {
+            return Err(format!("{s:?} names no file"));
+        }
+        Ok(ReportFile {
+            format,
+            path: path.into(),
+        })
+    }
+}
+
 /// Writes the report of `reports` (one target's, or a matrix of several) in
 /// `format` to `output`, or standard output.
 pub fn emit(
