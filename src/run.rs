@@ -15,6 +15,9 @@ use crate::suite::{RunOptions, Suite};
 use crate::target::Target;
 use std::time::Duration;
 
+/// Runs `args`' selection against each of its targets in turn and writes
+/// every output; the exit status is the worst target's (130 or 143 when a
+/// signal stopped the run).
 pub async fn run(args: RunArgs) -> Result<i32, RunError> {
     // From the start: a signal that comes while the cases load is kept.
     let mut signals = listen()?;
