@@ -322,7 +322,9 @@ fn main() {
         memory.push((format!("full {protocol} run"), rss));
     }
 
-    println!("\n3. fuzz throughput (inputs a second, 10 s each, builtin targets; acp and cwx on live targets)");
+    println!(
+        "\n3. fuzz throughput (inputs a second, 10 s each, builtin targets; acp and cwx on live targets)"
+    );
     let mut rates: Vec<(&str, Option<f64>)> = Vec::new();
     for protocol in ["agent-socket", "acp", "cwx"] {
         let (_, rss, output) = timed(

@@ -124,6 +124,13 @@ pub fn bundle(
     if !complete {
         reasons.push("only part of the suite was selected (--filter or --shard)".into());
     }
+    if let Some(i) = &report.interrupted {
+        reasons.push(format!(
+            "the run was interrupted by {}: {} selected cases did not run",
+            i.signal,
+            i.not_run.len()
+        ));
+    }
     match report.verdict {
         Verdict::Failed => reasons.push(format!(
             "the run failed: {} failed ({} of them waived), {} errors, {} stale waivers, {} MUST requirements unexercised",
@@ -146,7 +153,8 @@ pub fn bundle(
             unexercised.join(", ")
         ));
     }
-    json!({
+    let mut b = json!({
+        "schema_version": crate::report::schema::VERSION,
         "conform_version": report.conform_version,
         "protocol": report.protocol,
         "role": report.role,
@@ -163,7 +171,11 @@ pub fn bundle(
         "waivers": report.waivers,
         "stale": report.stale,
         "requirements": requirements,
-    })
+    });
+    if let Some(i) = &report.interrupted {
+        b["interrupted"] = json!(i);
+    }
+    b
 }
 
 /// The bundle for a person.

@@ -2,14 +2,13 @@
 //! parses, finds the suite in [`crate::suite::SUITES`], and hands over.
 //! Nothing here knows which protocols there are.
 
-use crate::baseline::Baseline;
 use crate::case::{self, Shard};
 use crate::error::RunError;
-use crate::outcome::RunReport;
-use crate::progress::Progress;
+use crate::interrupt::Signals;
+use crate::outcome::StopSignal;
 use crate::protocols::cwx::{driver::Extension, table::Tier};
 use crate::report::{self, Format};
-use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, RunOptions, Suite};
+use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, Suite};
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -39,6 +38,24 @@ pub enum Command {
     /// The scripted peer a client under test starts through `{agent}` (internal).
     #[command(hide = true)]
     Peer(PeerArgs),
+    /// Print a completion script for SHELL (clap_complete), e.g.
+    /// `conform completions bash > /etc/bash_completion.d/conform`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the JSON Schema of `--format json` (report) or of the
+    /// certification bundle (certification): the contract of those files.
+    Schema {
+        #[arg(value_enum, default_value = "report")]
+        document: crate::report::schema::Document,
+    },
+    /// Print conform's manual page (roff, clap_mangen), or write one page a
+    /// command into DIR (conform.1, conform-run.1, ...).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The protocol and the role under test, as every subcommand takes them.
@@ -53,7 +70,7 @@ pub struct SuiteArgs {
 }
 
 impl SuiteArgs {
-    fn suite(&self) -> Result<&'static Suite, RunError> {
+    pub(crate) fn suite(&self) -> Result<&'static Suite, RunError> {
         self.protocol.suite(self.role)
     }
 }
@@ -133,6 +150,11 @@ pub struct RunArgs {
     /// A fresh target process for every case (none shared).
     #[arg(long)]
     pub isolate: bool,
+    /// Also write the report in FORMAT to FILE (repeatable): one run, every
+    /// format a CI job keeps, e.g. `--report junit=conform.xml
+    /// --report html=conform.html`.
+    #[arg(long = "report", value_name = "FORMAT=FILE")]
+    pub reports: Vec<report::ReportFile>,
 }
 
 #[derive(Debug, Args)]
@@ -219,12 +241,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let result = runtime.block_on(async {
-        tokio::select! {
-            r = dispatch(cli) => r,
-            _ = tokio::signal::ctrl_c() => Err(RunError::Interrupted),
-        }
-    });
+    let result = runtime.block_on(dispatch(cli));
     // Whatever a case left running is stopped with the runtime.
     runtime.shutdown_timeout(Duration::from_secs(2));
     crate::transport::process::sweep();
@@ -237,117 +254,89 @@ pub fn main() -> i32 {
     }
 }
 
+/// Runs a command. `run` keeps its report when a signal stops it; the
+/// fuzzer ends on Ctrl-C or SIGTERM, the other commands on Ctrl-C, their
+/// targets ended as the runtime shuts down.
 async fn dispatch(cli: Cli) -> Result<i32, RunError> {
-    match cli.command {
-        Command::Run(args) => run(args).await,
-        Command::Fuzz(args) => fuzz(args).await,
-        Command::List(args) => list(args),
-        Command::Reference(args) => reference(args).await,
-        Command::Peer(args) => peer(args).await,
-    }
-}
-
-fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
-    let why = || RunError::Usage(format!("{name} is between 0 and {max} seconds"));
-    (secs > 0.0 && secs <= max).then_some(secs).ok_or_else(why)
-}
-
-async fn run(args: RunArgs) -> Result<i32, RunError> {
-    let suite = args.suite.suite()?;
-    if args.target.len() > 1 && args.certify.is_some() {
-        return Err(RunError::Usage(
-            "--certify certifies one target: give --target once".into(),
-        ));
-    }
-    let startup = bounded("--startup-timeout", args.startup_timeout, 3600.0)?;
-    let extra = case::read_case_paths(&args.cases)?;
-    let human_on_stdout = args.format == Format::Human && args.output.is_none();
-    let mut progress = Progress::new(human_on_stdout);
-    let many = args.target.len() > 1;
-    let mut reports = Vec::new();
-    for (i, target) in args.target.iter().enumerate() {
-        let label = if many {
-            format!("[{}] ", i + 1)
-        } else {
-            String::new()
-        };
-        let options = RunOptions {
-            target: target.clone(),
-            jobs: args.jobs.unwrap_or_else(RunOptions::default_jobs).max(1),
-            strict: args.strict,
-            startup_timeout: Duration::from_secs_f64(startup),
-            tier: args.tier,
-            extension: args.extension.clone(),
-            prompts: args.prompts.clone(),
-            isolate: args.isolate,
-        };
-        let Some(mut report) =
-            run_target(&args, suite, &options, &extra, &mut progress, &label).await?
-        else {
-            return Ok(0);
-        };
-        crate::redact::Redactor::from_env().report(&mut report);
-        if let Some(dir) = &args.transcripts {
-            let dir = if many {
-                dir.join((i + 1).to_string())
-            } else {
-                dir.clone()
-            };
-            report::write_transcripts(&report, &dir)?;
-        }
-        reports.push(report);
-    }
-    progress.finish();
-    if let (Some(dir), [report]) = (&args.certify, reports.as_slice()) {
-        let digest = crate::certify::corpus_digest(suite.protocol.id(), &extra);
-        let complete = args.filter.is_none() && args.shard.is_none();
-        let bundle =
-            crate::certify::bundle(report, suite.catalogue(), suite.watched, &digest, complete);
-        crate::certify::write(dir, &bundle)?;
-    }
-    let with_list = !progress.listed_on_stdout();
-    report::emit(&reports, args.format, with_list, args.output.as_deref())?;
-    Ok(report::matrix::exit_code(&reports))
-}
-
-/// One target's run of the selected cases, with the baseline applied;
-/// `None` when `--dry-run` printed the selection instead. A bad baseline is
-/// a usage error before the target starts.
-async fn run_target(
-    args: &RunArgs,
-    suite: &Suite,
-    options: &RunOptions,
-    extra: &[(String, String)],
-    progress: &mut Progress,
-    label: &str,
-) -> Result<Option<RunReport>, RunError> {
-    let mut cases = (suite.load)(extra)?;
-    let listing = cases.listing();
-    let ids: Vec<&str> = listing.iter().map(|c| c.id.as_str()).collect();
-    let baseline = match &args.expected_failures {
-        Some(path) => {
-            let known: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-            let musts = suite.musts();
-            let names: Vec<String> = args.target.iter().map(Target::to_string).collect();
-            let b = Baseline::load(path, &known, &musts, &names)?;
-            Some(b.for_target(&options.target.to_string()))
-        }
-        None => None,
+    let interrupt = async {
+        tokio::signal::ctrl_c()
+            .await
+            .map(|()| StopSignal::Interrupt)
     };
-    let keep = case::select(&ids, args.filter.as_deref(), args.shard)?;
-    if args.dry_run {
-        let chosen: Vec<_> = chosen(listing, &keep);
-        print!("{}", report::list::text(&chosen, suite.catalogue()));
-        return Ok(None);
+    let stopped = |signal| Err(RunError::Interrupted(signal));
+    match cli.command {
+        Command::Run(args) => crate::run::run(args).await,
+        Command::Fuzz(args) => {
+            let mut signals = listen()?;
+            tokio::select! {
+                r = fuzz(args) => r,
+                s = signals.recv() => stopped(s),
+            }
+        }
+        Command::List(args) => list(args),
+        Command::Reference(args) => tokio::select! {
+            r = reference(args) => r,
+            Ok(s) = interrupt => stopped(s),
+        },
+        Command::Peer(args) => tokio::select! {
+            r = peer(args) => r,
+            Ok(s) = interrupt => stopped(s),
+        },
+        Command::Completions { shell } => {
+            // Into memory first: clap_complete panics on a failed write (a
+            // closed pipe), and a panic in conform is a bug.
+            let mut script = Vec::new();
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "conform", &mut script);
+            print_bytes(&script);
+            Ok(0)
+        }
+        Command::Man { dir } => man(dir.as_deref()),
+        Command::Schema { document } => {
+            print_bytes(document.text().as_bytes());
+            Ok(0)
+        }
     }
-    cases.keep(&keep);
-    progress.start(label, keep.iter().filter(|k| **k).count());
-    let mut on_case = |r: &crate::outcome::CaseResult, done, total| progress.case(r, done, total);
-    let mut report = cases.run(options, &mut on_case).await?;
-    if let Some(b) = &baseline {
-        b.apply(&mut report, suite.watched);
+}
+
+/// `conform man`: the page on standard output, or every page into `dir`.
+fn man(dir: Option<&std::path::Path>) -> Result<i32, RunError> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let written = match dir {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| clap_mangen::generate_to(cmd, dir))
+            .map_err(|e| format!("cannot write the manual pages to {}: {e}", dir.display())),
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .map_err(|e| format!("cannot render the manual page: {e}"))
+                .map(|()| print_bytes(&page))
+        }
+    };
+    written.map(|()| 0).map_err(RunError::Conform)
+}
+
+/// Writes `bytes` to standard output; a reader that went away (`| head`)
+/// is not an error.
+fn print_bytes(bytes: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
+}
+
+pub(crate) fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
+    if secs > 0.0 && secs <= max {
+        Ok(secs)
+    } else {
+        Err(RunError::Usage(format!(
+            "{name} is between 0 and {max} seconds"
+        )))
     }
-    Ok(Some(report))
+}
+
+pub(crate) fn listen() -> Result<Signals, RunError> {
+    Signals::listen().map_err(|e| RunError::Conform(format!("cannot listen for signals: {e}")))
 }
 
 async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
@@ -405,7 +394,7 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
 }
 
 /// The listings `keep` selects.
-fn chosen(listing: Vec<case::Listing>, keep: &[bool]) -> Vec<case::Listing> {
+pub(crate) fn chosen(listing: Vec<case::Listing>, keep: &[bool]) -> Vec<case::Listing> {
     listing
         .into_iter()
         .zip(keep)

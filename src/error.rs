@@ -12,9 +12,11 @@ pub enum RunError {
     /// conform itself failed (its own I/O). Exit 2: there is no verdict.
     #[error("conform failed: {0}")]
     Conform(String),
-    /// The run was interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
-    #[error("interrupted")]
-    Interrupted,
+    /// A command with no report to keep was stopped by Ctrl-C or SIGTERM:
+    /// 128 + the signal's number, as a shell reports it. (`conform run`
+    /// writes the report of what finished instead.)
+    #[error("interrupted by {}", .0.name())]
+    Interrupted(crate::outcome::StopSignal),
 }
 
 impl From<crate::case::CaseFileError> for RunError {
@@ -26,7 +28,7 @@ impl From<crate::case::CaseFileError> for RunError {
 impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            RunError::Interrupted => 130,
+            RunError::Interrupted(signal) => signal.exit_code(),
             RunError::Usage(_) | RunError::Target(_) | RunError::Conform(_) => 2,
         }
     }

@@ -210,6 +210,28 @@ impl CaseResult {
             .find(|f| f.requirement.as_deref() == Some(requirement))
     }
 
+    /// The record of a selected case that a run stopped by `signal` did not
+    /// finish: a skip for a reason outside the target's declaration, so a
+    /// MUST it alone checks is reported unexercised.
+    pub fn not_run(case: &crate::case::Listing, signal: StopSignal) -> CaseResult {
+        CaseResult {
+            id: case.id.clone(),
+            title: case.title.clone(),
+            level: case.level,
+            requirements: case.requirements.clone(),
+            outcome: Outcome::Skip,
+            message: format!(
+                "not run: the run was interrupted by {} before this case finished",
+                signal.name()
+            ),
+            duration_ms: 0,
+            skip_kind: Some(SkipKind::Outside),
+            findings: vec![],
+            transcript: vec![],
+            exercised: vec![],
+        }
+    }
+
     /// The record of `case` before it runs: an error until its outcome is set.
     pub fn for_case<D: crate::case::Dialect>(
         case: &crate::case::Case<D>,
@@ -357,6 +379,8 @@ impl Verdict {
 /// Everything a report needs about one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
+    /// The version of the JSON contract ([`crate::report::schema`]).
+    pub schema_version: u32,
     pub protocol: crate::suite::Protocol,
     pub role: crate::suite::Role,
     pub target: String,
@@ -378,6 +402,44 @@ pub struct RunReport {
     /// MUST requirements the run did not exercise: they fail the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unexercised: Vec<Unexercised>,
+    /// Set when a signal stopped the run before every case finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+}
+
+/// A signal that ends a run early: Ctrl-C (SIGINT) or SIGTERM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Interrupt,
+    Terminate,
+}
+
+impl StopSignal {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Interrupt => "SIGINT",
+            StopSignal::Terminate => "SIGTERM",
+        }
+    }
+
+    /// 128 + the signal's number, as a shell reports a process it ended.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => 130,
+            StopSignal::Terminate => 143,
+        }
+    }
+}
+
+/// How a run a signal stopped ended.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Interruption {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: &'static str,
+    /// What conform exits with: 130 or 143.
+    pub exit_code: i32,
+    /// The selected cases that did not finish, reported as skipped.
+    pub not_run: Vec<String>,
 }
 
 /// A MUST requirement none of whose selected cases ran.
@@ -453,9 +515,14 @@ impl RunReport {
         self.verdict = self.judge();
     }
 
-    /// Exit status per DESIGN.md: 0 passed, 1 failed, 3 incomplete.
+    /// Exit status per DESIGN.md: 0 passed, 1 failed, 3 incomplete; 130 or
+    /// 143 for a run a signal stopped, whatever the cases that finished
+    /// came to.
     pub fn exit_code(&self) -> i32 {
-        self.verdict.exit_code()
+        match &self.interrupted {
+            Some(i) => i.exit_code,
+            None => self.verdict.exit_code(),
+        }
     }
 }
 
@@ -469,6 +536,7 @@ impl RunReport {
         notes: Vec<String>,
     ) -> RunReport {
         let mut report = RunReport {
+            schema_version: crate::report::schema::VERSION,
             protocol: suite.protocol,
             role: suite.role,
             target,
@@ -481,9 +549,49 @@ impl RunReport {
             waivers: Default::default(),
             stale: vec![],
             unexercised: vec![],
+            interrupted: None,
         };
         report.mark_unexercised(suite.catalogue(), suite.watched);
         report.settle();
+        report
+    }
+
+    /// The report of a run `signal` stopped: the cases of `chosen` (the
+    /// selection, in order) that finished, from `finished`, and the others
+    /// marked not run.
+    pub fn stopped(
+        suite: &crate::suite::Suite,
+        target: String,
+        strict: bool,
+        chosen: &[crate::case::Listing],
+        finished: Vec<CaseResult>,
+        signal: StopSignal,
+    ) -> RunReport {
+        let mut finished: std::collections::HashMap<String, CaseResult> =
+            finished.into_iter().map(|c| (c.id.clone(), c)).collect();
+        let mut not_run = Vec::new();
+        let cases: Vec<CaseResult> = chosen
+            .iter()
+            .map(|l| {
+                finished.remove(&l.id).unwrap_or_else(|| {
+                    not_run.push(l.id.clone());
+                    CaseResult::not_run(l, signal)
+                })
+            })
+            .collect();
+        let note = format!(
+            "the run was interrupted by {}: {} of the {} selected cases finished; the other {} are reported as skipped (not run)",
+            signal.name(),
+            cases.len() - not_run.len(),
+            cases.len(),
+            not_run.len()
+        );
+        let mut report = RunReport::new(suite, target, strict, cases, vec![note]);
+        report.interrupted = Some(Interruption {
+            signal: signal.name(),
+            exit_code: signal.exit_code(),
+            not_run,
+        });
         report
     }
 
@@ -582,6 +690,7 @@ mod tests {
     #[test]
     fn an_unexercised_must_is_incomplete_unless_waived_and_a_failure_outranks_it() {
         let mut r = RunReport {
+            schema_version: crate::report::schema::VERSION,
             protocol: crate::suite::Protocol::Acp,
             role: crate::suite::Role::Agent,
             target: "t".into(),
@@ -598,6 +707,7 @@ mod tests {
                 cases: vec![],
                 waiver: None,
             }],
+            interrupted: None,
         };
         r.settle();
         assert_eq!((r.verdict, r.exit_code()), (Verdict::Incomplete, 3));

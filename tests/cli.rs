@@ -165,6 +165,9 @@ fn every_format_renders_and_output_writes_a_file() {
             text.contains("agent-socket/handshake/version"),
             "{format}: {text}"
         );
+        if format == "json" {
+            assert_eq!(support::report_from(text.as_bytes())["schema_version"], 1);
+        }
     }
 }
 
@@ -323,6 +326,9 @@ fn snapshot_every_format(name: &str, args: &[String]) {
             "{name} {format}: {out:?}"
         );
         let text = std::fs::read_to_string(&file).unwrap();
+        if format == "json" {
+            support::report_from(text.as_bytes());
+        }
         snapshot_rendered(&format!("format_{format}_{name}"), &text);
     }
 }
@@ -423,7 +429,7 @@ fn several_targets_make_a_matrix_in_every_format() {
         Some(1),
         "the broken column fails the run"
     );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = support::report_from(&out.stdout);
     assert_eq!(m["targets"].as_array().unwrap().len(), 2);
     assert_eq!(m["runs"].as_array().unwrap().len(), 2);
     assert_eq!(m["runs"][0]["summary"]["failed"], 0, "builtin passes");
@@ -515,4 +521,111 @@ fn the_html_report_is_self_contained_and_renders_headless() {
         bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
         "a rendered page"
     );
+}
+
+#[test]
+fn completions_and_the_man_page_follow_the_command_line() {
+    let out = conform().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let script = String::from_utf8(out.stdout).unwrap();
+    for word in [
+        "_conform()",
+        "complete -F _conform",
+        "--protocol",
+        "--shard",
+        "completions",
+    ] {
+        assert!(script.contains(word), "bash completion lacks {word}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("conform.bash");
+    std::fs::write(&file, &script).unwrap();
+    let syntax = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = conform().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("conform"));
+    }
+    let out = conform().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not a shell clap_complete knows"
+    );
+
+    let out = conform().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH conform 1"), "{page}");
+    assert!(page.contains("conform\\-run(1)"), "{page}");
+    let pages = dir.path().join("man");
+    let out = conform()
+        .arg("man")
+        .arg("--dir")
+        .arg(&pages)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let run = std::fs::read_to_string(pages.join("conform-run.1")).unwrap();
+    assert!(run.contains("\\-\\-expected\\-failures"), "{run}");
+    assert!(
+        !pages.join("conform-peer.1").exists(),
+        "the internal command has no page"
+    );
+}
+
+#[test]
+fn one_run_writes_every_report_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let out = run_agent_socket(&[
+        "--filter",
+        "agent-socket/handshake/",
+        "--format",
+        "markdown",
+        "--output",
+        &path("r.md"),
+        "--report",
+        &format!("json={}", path("r.json")),
+        "--report",
+        &format!("junit={}", path("r.xml")),
+        "--report",
+        &format!("HTML={}", path("r.html")),
+        "--report",
+        &format!("human={}", path("r.txt")),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json = support::report_from(&std::fs::read(path("r.json")).unwrap());
+    let total = json["summary"]["total"].as_u64().unwrap();
+    assert!(total > 0);
+    // The same run in every file: the same cases, counted the same way.
+    let xml = std::fs::read_to_string(path("r.xml")).unwrap();
+    assert!(xml.contains(&format!("tests=\"{total}\"")), "{xml}");
+    let md = std::fs::read_to_string(path("r.md")).unwrap();
+    let html = std::fs::read_to_string(path("r.html")).unwrap();
+    let human = std::fs::read_to_string(path("r.txt")).unwrap();
+    let counts = format!(
+        "{total} cases, {} passed, {} failed",
+        json["summary"]["passed"], json["summary"]["failed"]
+    );
+    for text in [&md, &html, &human] {
+        assert!(text.contains(&counts), "{counts}: {text}");
+    }
+    assert!(
+        human.contains("[1/"),
+        "a human report in a file lists its cases"
+    );
+    for bad in ["pdf=x", "json", "json="] {
+        let out = run_agent_socket(&["--report", bad]);
+        assert_eq!(out.status.code(), Some(2), "--report {bad}");
+    }
 }

@@ -90,7 +90,7 @@ fn replay(
         .args(if strict { &["--strict"][..] } else { &[] })
         .output()
         .unwrap();
-    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let report = support::report_from(&o.stdout);
     (o.status.code(), report)
 }
 

@@ -315,7 +315,7 @@ fn run(h: &Hostile) -> Ran {
                 .collect()
         })
         .unwrap_or_default();
-    let report = serde_json::from_slice(&stdout).unwrap_or(Value::Null);
+    let report = support::report_from(&stdout);
     let ran = Ran {
         name: h.name(),
         code,

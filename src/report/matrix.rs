@@ -40,7 +40,11 @@ fn cell_text(report: &RunReport, id: &str) -> String {
 }
 
 /// The exit status of runs taken together: the worst of them.
+/// A signal's status (130, 143) outranks every verdict.
 pub fn exit_code(reports: &[RunReport]) -> i32 {
+    if let Some(i) = reports.iter().find_map(|r| r.interrupted.as_ref()) {
+        return i.exit_code;
+    }
     reports
         .iter()
         .map(|r| r.verdict)
@@ -53,21 +57,27 @@ pub fn render(reports: &[RunReport], format: Format, with_list: bool) -> String 
         Format::Human => human_matrix(reports, with_list),
         Format::Json => json_matrix(reports),
         Format::Junit => {
-            let refs: Vec<&RunReport> = reports.iter().collect();
-            let names: Vec<String> = reports
+            let runs: Vec<(&RunReport, String)> = reports
                 .iter()
                 .enumerate()
                 .map(|(i, r)| {
-                    format!(
+                    let name = format!(
                         "conform {} {} {} {}",
                         r.protocol,
                         r.role,
                         label(i),
                         r.target
-                    )
+                    );
+                    (r, name)
                 })
                 .collect();
-            junit_document(&refs, &names)
+            let first = reports.first();
+            let name = format!(
+                "conform {} {} matrix",
+                first.map(|r| r.protocol.id()).unwrap_or(""),
+                first.map(|r| r.role.id()).unwrap_or("")
+            );
+            junit::document(&name, &runs)
         }
         Format::Markdown => markdown_matrix(reports),
         Format::Html => html_matrix(reports),
@@ -117,9 +127,9 @@ fn human_matrix(reports: &[RunReport], with_list: bool) -> String {
     }
     out.push('\n');
     for (i, r) in reports.iter().enumerate() {
-        let verdict = match r.verdict {
-            Verdict::Passed => "passed",
-            v => v.as_str(),
+        let verdict = match super::verdict_word(r) {
+            "PASSED" => "passed",
+            v => v,
         };
         let _ = writeln!(out, "{} {verdict}: {}", label(i), summary_line(r));
     }
@@ -191,7 +201,8 @@ fn json_matrix(reports: &[RunReport]) -> String {
         })
         .collect();
     let first = reports.first();
-    let doc = json!({
+    let mut doc = json!({
+        "schema_version": super::schema::VERSION,
         "protocol": first.map(|r| r.protocol.id()),
         "role": first.map(|r| r.role.id()),
         "target": targets.join(" | "),
@@ -203,6 +214,26 @@ fn json_matrix(reports: &[RunReport]) -> String {
         "cases": cases,
         "runs": reports,
     });
+    // A signal stops every target at once: the first stopped run names it,
+    // and the rows some target did not finish are listed.
+    if let Some(i) = reports.iter().find_map(|r| r.interrupted.as_ref()) {
+        let not_run: Vec<&str> = rows(reports)
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| {
+                reports.iter().any(|r| {
+                    r.interrupted
+                        .as_ref()
+                        .is_some_and(|x| x.not_run.iter().any(|n| n == id))
+                })
+            })
+            .collect();
+        doc["interrupted"] = json!({
+            "signal": i.signal,
+            "exit_code": i.exit_code,
+            "not_run": not_run,
+        });
+    }
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
     s.push('\n');
     s
@@ -248,8 +279,8 @@ fn html_matrix(reports: &[RunReport]) -> String {
             "<tr><td><a href=\"#t{n}\">{}</a> <code>{}</code></td><td class=\"{}\">{}</td><td>{}</td></tr>",
             label(i),
             html_escape(&r.target),
-            verdict_class(r.verdict),
-            r.verdict.as_str(),
+            super::verdict_class(r),
+            super::verdict_word(r),
             html_escape(&summary_line(r)),
             n = i + 1
         );

@@ -1,7 +1,9 @@
 //! Report formats. Each is a pure function of a [`RunReport`].
 
+pub mod junit;
 pub mod list;
 pub mod matrix;
+pub mod schema;
 
 use crate::outcome::{CaseResult, Direction, Outcome, RunReport, Verdict};
 use clap::ValueEnum;
@@ -15,6 +17,31 @@ pub enum Format {
     Markdown,
     /// One self-contained HTML page: no scripts, no external resources.
     Html,
+}
+
+/// `--report FORMAT=FILE`: a report written to a file beside the main one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFile {
+    pub format: Format,
+    pub path: std::path::PathBuf,
+}
+
+impl std::str::FromStr for ReportFile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (format, path) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not FORMAT=FILE"))?;
+        let format = Format::from_str(format, true)?;
+        if path.is_empty() {
+            return Err(format!("{s:?} names no file"));
+        }
+        Ok(ReportFile {
+            format,
+            path: path.into(),
+        })
+    }
 }
 
 /// Writes the report of `reports` (one target's, or a matrix of several) in
@@ -57,7 +84,7 @@ pub fn render(report: &RunReport, format: Format) -> String {
     match format {
         Format::Human => human(report, true),
         Format::Json => json(report),
-        Format::Junit => junit(report),
+        Format::Junit => junit::single(report),
         Format::Markdown => markdown(report),
         Format::Html => html(report),
     }
@@ -97,12 +124,46 @@ fn summary_line(report: &RunReport) -> String {
         (0, 0) => String::new(),
         (n, 0) => format!("; {n} MUST requirements unexercised (incomplete)"),
         (n, w) => format!("; {n} MUST requirements unexercised (incomplete), {w} more waived"),
+    } + &match &report.interrupted {
+        Some(i) => format!(
+            "; INTERRUPTED by {}: {} cases not run",
+            i.signal,
+            i.not_run.len()
+        ),
+        None => String::new(),
+    }
+}
+
+/// A run's verdict in a word: the verdict's, or INTERRUPTED for a run a
+/// signal stopped.
+fn verdict_word(report: &RunReport) -> &'static str {
+    match report.interrupted {
+        Some(_) => "INTERRUPTED",
+        None => report.verdict.as_str(),
+    }
+}
+
+/// The CSS class of a run's verdict.
+fn verdict_class(report: &RunReport) -> &'static str {
+    match (&report.interrupted, report.verdict) {
+        (Some(_), _) | (None, Verdict::Failed) => "fail",
+        (None, Verdict::Passed) => "pass",
+        (None, Verdict::Incomplete) => "warn",
     }
 }
 
 /// The verdict line that ends a report: what the run comes to and its exit
 /// status.
 fn verdict_line(report: &RunReport) -> String {
+    if let Some(i) = &report.interrupted {
+        return format!(
+            "verdict: INTERRUPTED (exit {}): {} stopped the run with {} selected cases not run; the cases that finished came to {}",
+            i.exit_code,
+            i.signal,
+            i.not_run.len(),
+            report.verdict.as_str()
+        );
+    }
     let why = match report.verdict {
         Verdict::Passed => "no required case failed and every selected MUST was exercised",
         Verdict::Failed => "a required case failed, could not run, or an expected failure is stale",
@@ -232,166 +293,6 @@ fn json(report: &RunReport) -> String {
     s
 }
 
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 allows only these control characters.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn seconds(ms: u64) -> String {
-    format!("{:.3}", ms as f64 / 1000.0)
-}
-
-/// The `name tests failures errors time` attributes of runs taken together
-/// (a testsuites element, or one run's testsuite).
-fn junit_counts(name: &str, reports: &[&RunReport]) -> String {
-    let sum = |f: fn(&RunReport) -> usize| reports.iter().map(|r| f(r)).sum::<usize>();
-    let total_ms: u64 = reports
-        .iter()
-        .flat_map(|r| &r.cases)
-        .map(|c| c.duration_ms)
-        .sum();
-    format!(
-        "name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\"",
-        xml_escape(name),
-        sum(|r| r.summary.total + r.unexercised.len()),
-        sum(|r| r.summary.failed + r.summary.unexercised),
-        sum(|r| r.summary.errors),
-        seconds(total_ms)
-    )
-}
-
-fn junit(report: &RunReport) -> String {
-    junit_document(
-        &[report],
-        &[format!("conform {} {}", report.protocol, report.role)],
-    )
-}
-
-/// A JUnit document of one testsuite a run. The Jenkins schema
-/// (junit-10.xsd) admits `skipped` on a testsuite only, not on testsuites.
-fn junit_document(reports: &[&RunReport], names: &[String]) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let run_name = match reports {
-        [one] => format!("conform {} {}", one.protocol, one.role),
-        _ => format!(
-            "conform {} {} matrix",
-            reports.first().map(|r| r.protocol.id()).unwrap_or(""),
-            reports.first().map(|r| r.role.id()).unwrap_or("")
-        ),
-    };
-    let _ = writeln!(out, "<testsuites {}>", junit_counts(&run_name, reports));
-    for (report, name) in reports.iter().zip(names) {
-        junit_suite(report, name, &mut out);
-    }
-    out.push_str("</testsuites>\n");
-    out
-}
-
-fn junit_suite(report: &RunReport, name: &str, out: &mut String) {
-    let _ = writeln!(
-        out,
-        "  <testsuite {} skipped=\"{}\">",
-        junit_counts(name, &[report]),
-        report.summary.skipped + report.summary.unexercised_waived
-    );
-    let _ = writeln!(
-        out,
-        "    <properties><property name=\"target\" value=\"{}\"/></properties>",
-        xml_escape(&report.target)
-    );
-    for c in &report.cases {
-        let _ = write!(
-            out,
-            "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
-            xml_escape(report.protocol.id()),
-            xml_escape(&c.id),
-            seconds(c.duration_ms)
-        );
-        let mut body = String::new();
-        let mut transcript = String::new();
-        transcript_text(c, &mut transcript, "");
-        match c.outcome {
-            Outcome::Fail => {
-                let _ = writeln!(
-                    body,
-                    "      <failure message=\"{}\" type=\"{}\">{}</failure>",
-                    xml_escape(c.message.lines().next().unwrap_or("")),
-                    c.level.as_str(),
-                    xml_escape(&format!("{}\n\n{transcript}", c.message))
-                );
-            }
-            Outcome::Error => {
-                let _ = writeln!(
-                    body,
-                    "      <error message=\"{}\">{}</error>",
-                    xml_escape(c.message.lines().next().unwrap_or("")),
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Skip => {
-                let _ = writeln!(
-                    body,
-                    "      <skipped message=\"{}\"/>",
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Warn | Outcome::Info => {
-                let _ = writeln!(
-                    body,
-                    "      <system-out>{}: {}</system-out>",
-                    c.outcome.as_str().to_uppercase(),
-                    xml_escape(&c.message)
-                );
-            }
-            Outcome::Pass => {}
-        }
-        if body.is_empty() {
-            out.push_str("/>\n");
-        } else {
-            let _ = write!(out, ">\n{body}    </testcase>\n");
-        }
-    }
-    // A MUST nothing exercised leaves the run incomplete: CI readers see it
-    // as a failed test named after the requirement (skipped when a baseline
-    // waives it, with the reason).
-    for u in &report.unexercised {
-        let why: Vec<String> = u
-            .cases
-            .iter()
-            .map(|c| format!("{}: {}", c.case, c.why))
-            .collect();
-        let body = match &u.waiver {
-            None => format!(
-                "<failure message=\"MUST requirement not exercised: every case that checks it was skipped\" type=\"unexercised\">{}</failure>",
-                xml_escape(&why.join("\n"))
-            ),
-            Some(reason) => format!(
-                "<skipped message=\"MUST requirement not exercised, waived: {}\"/>",
-                xml_escape(reason)
-            ),
-        };
-        let _ = writeln!(
-            out,
-            "    <testcase classname=\"{}.unexercised\" name=\"{}\" time=\"0.000\">\n      {body}\n    </testcase>",
-            xml_escape(report.protocol.id()),
-            xml_escape(&u.requirement),
-        );
-    }
-    out.push_str("  </testsuite>\n");
-}
-
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', "<br>")
 }
@@ -459,7 +360,8 @@ pub fn write_transcripts(
         ))
     };
     std::fs::create_dir_all(dir).map_err(fail)?;
-    for c in &report.cases {
+    let not_run: &[String] = report.interrupted.as_ref().map_or(&[], |i| &i.not_run);
+    for c in report.cases.iter().filter(|c| !not_run.contains(&c.id)) {
         let name: String =
             c.id.chars()
                 .map(|ch| {
@@ -545,13 +447,6 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
 }
 
 /// The CSS class of a verdict.
-fn verdict_class(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Passed => "pass",
-        Verdict::Failed => "fail",
-        Verdict::Incomplete => "warn",
-    }
-}
 
 /// One run's verdict, summaries, cases and failures; every anchor starts
 /// with `anchor` so several runs fit on one page.
@@ -560,7 +455,7 @@ fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
     let _ = writeln!(
         *out,
         "<p class=\"verdict {}\">{}</p>\n<p>conform {} &middot; {}</p>",
-        verdict_class(report.verdict),
+        verdict_class(report),
         html_escape(&verdict_line(report)),
         html_escape(&report.conform_version),
         html_escape(&summary_line(report))

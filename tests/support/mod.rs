@@ -1,6 +1,7 @@
 //! Test support: run conform against the fixture server and compare.
 #![allow(dead_code)]
 
+use conform::report::schema::Document;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -74,8 +75,42 @@ pub fn run_protocol_json(protocol: &str, target: &str, extra: &[&str]) -> (i32, 
         .output()
         .expect("conform runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let report = report_from(&out.stdout);
     (out.status.code().unwrap_or(-1), report, stderr)
+}
+
+/// Every way `doc` breaks the schema of `document` (empty when it holds):
+/// the contract of conform's JSON output (`schemas/`).
+pub fn schema_violations(document: Document, doc: &Value) -> Vec<String> {
+    document.violations(doc)
+}
+
+/// A `--format json` report read from `bytes`, checked against the report
+/// schema (a report that breaks it fails the test); `Null` when `bytes`
+/// hold no JSON (a run that wrote no report).
+pub fn report_from(bytes: &[u8]) -> Value {
+    let report: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    if !report.is_null() {
+        let broken = schema_violations(Document::Report, &report);
+        assert!(
+            broken.is_empty(),
+            "the report breaks schemas/report.schema.json:\n{}",
+            broken.join("\n")
+        );
+    }
+    report
+}
+
+/// A certification bundle read from `text`, checked against its schema.
+pub fn bundle_from(text: &str) -> Value {
+    let bundle: Value = serde_json::from_str(text).expect("certification.json is JSON");
+    let broken = schema_violations(Document::Certification, &bundle);
+    assert!(
+        broken.is_empty(),
+        "certification.json breaks schemas/certification.schema.json:\n{}",
+        broken.join("\n")
+    );
+    bundle
 }
 
 pub fn outcome_ids(report: &Value, outcome: &str) -> BTreeSet<String> {
@@ -247,11 +282,13 @@ fn report_settings() -> insta::Settings {
         r"(\.conform-|call-|client_tool:|conform-id-)[a-z0-9-]*?-\d+-\d+",
         "$1[uniq]",
     );
+    // The redactions keep a JSON report JSON: they never take a quote or the
+    // backslash of an escape (tests/report_schema.rs reads the snapshots).
     settings.add_filter(
-        r"`id` is (\S+?)x?, the request's was \S+",
+        r#"`id` is (\S+?)x?, the request's was (\\"[^"\\]*\\"|"[^"]*"|[^\s"\\]+)"#,
         "`id` is [other], the request's was [id]",
     );
-    settings.add_filter(r#"(/tmp|/var/tmp)/[^\s"',]+"#, "[tmp]");
+    settings.add_filter(r#"(/tmp|/var/tmp)/[^\s"',\\]+"#, "[tmp]");
     settings.add_filter(r"\(\d+ bytes\)", "(N bytes)");
     // ACP: session ids of the fixture, the reference and the SDK agent; the
     // fixture's stderr log lines.

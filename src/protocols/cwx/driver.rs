@@ -371,7 +371,8 @@ impl stdio::Watch for HostWatch {
                         let core_id = o.members.get("id").and_then(Value::as_u64);
                         match (method, core_id, &o.id) {
                             (Some(m), Some(id), _) if o.how == How::AsWritten => {
-                                let params = o.members.get("params").cloned().unwrap_or(Value::Null);
+                                let params =
+                                    o.members.get("params").cloned().unwrap_or(Value::Null);
                                 self.learn(id, m, &params, false);
                                 self.outstanding.insert(id, m.to_owned());
                             }

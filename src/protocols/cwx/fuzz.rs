@@ -419,7 +419,10 @@ impl Harness {
             .await;
         if ok {
             ok = match s
-                .request("host/initialize", driver::initialize_params(&super::steps::Limits::default()))
+                .request(
+                    "host/initialize",
+                    driver::initialize_params(&super::steps::Limits::default()),
+                )
                 .await
             {
                 Some(key) => s
