@@ -446,8 +446,6 @@ th{{background:#f3f3f3}}code,pre{{font:12px ui-monospace,monospace}}pre{{backgro
     out
 }
 
-/// The CSS class of a verdict.
-
 /// One run's verdict, summaries, cases and failures; every anchor starts
 /// with `anchor` so several runs fit on one page.
 fn html_body(report: &RunReport, anchor: &str, out: &mut String) {
