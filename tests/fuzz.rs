@@ -499,10 +499,10 @@ fn an_agent_that_dies_on_a_large_id_is_found_and_replayed() {
 }
 
 /// The independent agent's `exit_on_parse_error` answers a line that is not
-/// JSON, then exits: found on a live agent after its handshake. The suite
-/// grades serving on after such a line SHOULD (`acp.jsonrpc.parse-error`),
-/// so the finding warns, the run goes on, and the reproducer fails the
-/// agent under `--strict`.
+/// JSON, then exits: found on a live agent after its handshake. Serving on
+/// after such a line is a MUST (JSON-RPC: "the Server MUST reply with a
+/// Response" to every later request), so the finding fails the run and the
+/// reproducer fails the agent.
 #[test]
 fn an_independent_agent_that_exits_after_a_parse_error_is_found_and_replayed() {
     finds_and_replays(
@@ -512,11 +512,11 @@ fn an_independent_agent_that_exits_after_a_parse_error_is_found_and_replayed() {
         "8",
         &["--cases", "200"],
         Expect {
-            fails: false,
+            fails: true,
             after_others: false,
         },
         |case| {
-            assert_eq!(case["level"], "SHOULD", "{case:#}");
+            assert_eq!(case["level"], "MUST", "{case:#}");
             assert_eq!(
                 case["config"]["setup"], "initialize",
                 "after the handshake: {case:#}"

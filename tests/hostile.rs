@@ -578,7 +578,7 @@ fn endless_output_without_a_newline_is_cut_at_the_limit() {
             // for it (its handshake case is not in the run).
             (1, &["the agent wrote a line over 67108864 bytes"]),
             (1, &["over conform's 67108864-byte limit"]),
-            (1, &["a frame's payload is not JSON"]),
+            (1, &["a frame's payload is not UTF-8 JSON"]),
         ),
     ));
 }
@@ -671,7 +671,7 @@ fn invalid_utf8_and_nul_bytes_fail_the_case_and_the_json_report_stays_valid() {
         (1, &["the reply is not UTF-8"]),
         (1, &["a line on stdout is not UTF-8"]),
         (1, &["a line on stdout is not UTF-8"]),
-        (1, &["a frame's payload is not JSON"]),
+        (1, &["a frame's payload is not UTF-8 JSON"]),
     ));
     // The bytes reach the JSON report as escapes, never raw.
     for r in ran {

@@ -87,7 +87,7 @@ mod tests {
     fn minimal_run() -> Value {
         json!({
             "schema_version": VERSION, "protocol": "acp", "role": "agent", "target": "builtin",
-            "conform_version": "0.1.0", "strict": false,
+            "conform_version": "0.1.0", "strict": false, "verdict": "passed",
             "summary": {"total": 1, "passed": 1, "failed": 0, "warned": 0, "info": 0, "skipped": 0, "errors": 0},
             "cases": [{"id": "acp/x", "title": "t", "level": "MUST", "requirements": ["r"],
                        "outcome": "pass", "message": "", "duration_ms": 3}]
@@ -101,7 +101,7 @@ mod tests {
             Vec::<String>::new()
         );
         type Break = fn(&mut Value);
-        let broken: [(&str, Break); 5] = [
+        let broken: [(&str, Break); 7] = [
             ("no version", |v| {
                 drop(v.as_object_mut().unwrap().remove("schema_version"))
             }),
@@ -112,7 +112,9 @@ mod tests {
             ("a count that is not a count", |v| {
                 v["summary"]["failed"] = json!(-1)
             }),
-            ("a field nobody documented", |v| v["verdict"] = json!("ok")),
+            ("no verdict", |v| drop(v.as_object_mut().unwrap().remove("verdict"))),
+            ("an unknown verdict", |v| v["verdict"] = json!("ok")),
+            ("a field nobody documented", |v| v["grade"] = json!("ok")),
         ];
         for (what, breaks) in broken {
             let mut doc = minimal_run();

@@ -300,6 +300,14 @@ fn report_settings() -> insta::Settings {
         r"the run started \d+ agent process\(es\)(, \d+ of them to rerun a case[^\n<\x22]*)?",
         "the run started [n] agent process(es)",
     );
+    // A directory read as a file: its listing names the cases' scratch
+    // files, which depend on which cases ran before.
+    settings.add_filter(
+        r#"contentBase64: expected null, got "[A-Za-z0-9+/=]*""#,
+        r#"contentBase64: expected null, got "[listing]""#,
+    );
+    // Which shared process served a case is scheduling too.
+    settings.add_filter(r"the shared process #\d+", "the shared process #[n]");
     settings.add_filter(r"(ref|sdk)-\d+-\d+", "$1-[id]");
     settings.add_filter(r"acp-fixture: [^\n]*", "acp-fixture: [log]");
     // How much the agent logged before it died depends on timing.

@@ -376,7 +376,18 @@ impl stdio::Watch for HostWatch {
                                 self.learn(id, m, &params, false);
                                 self.outstanding.insert(id, m.to_owned());
                             }
-                            (_, _, Some(id)) => self.odd_ids.extend([id.clone(), Id::Null]),
+                            (method, core_id, Some(id)) => {
+                                // A host that reads bytes that are not UTF-8
+                                // leniently may serve the request: its answer
+                                // is then a reply, which a case may judge
+                                // (`cwx/frame/non-utf8-not-served`).
+                                if let (Some(m), Some(core_id), How::Lenient) =
+                                    (method, core_id, o.how)
+                                {
+                                    self.outstanding.insert(core_id, m.to_owned());
+                                }
+                                self.odd_ids.extend([id.clone(), Id::Null]);
+                            }
                             _ => self.odd_ids.push(Id::Null),
                         }
                     }
