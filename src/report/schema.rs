@@ -112,7 +112,9 @@ mod tests {
             ("a count that is not a count", |v| {
                 v["summary"]["failed"] = json!(-1)
             }),
-            ("no verdict", |v| drop(v.as_object_mut().unwrap().remove("verdict"))),
+            ("no verdict", |v| {
+                drop(v.as_object_mut().unwrap().remove("verdict"))
+            }),
             ("an unknown verdict", |v| v["verdict"] = json!("ok")),
             ("a field nobody documented", |v| v["grade"] = json!("ok")),
         ];

@@ -267,6 +267,16 @@ pub fn snapshot_rendered(name: &str, text: &str) {
 /// Snapshots a `--role client` report: its times vary too ("after 0.3 s").
 pub fn snapshot_client_report(name: &str, report: &Value) {
     let mut settings = report_settings();
+    // A cwx core that keeps its host after a broken frame: how much it did
+    // before conform's deadline, and whether it then ended, is scheduling.
+    settings.add_filter(
+        r"the core did not end the host: it was still running|after the host's broken frame the core went on sending: [^\n]*",
+        "the core did not end the host [what it did then]",
+    );
+    settings.add_filter(
+        r"(the core did not end the host \[what it did then\]\n\s*)What the core did: [^\n]*",
+        "${1}What the core did: [timing]",
+    );
     settings.add_filter(r"\b\d+\.\d s\b", "[t] s");
     settings.add_filter(r"\b\d+ ms after\b", "[ms] ms after");
     settings.bind(|| insta::assert_snapshot!(name, outcome_text(report)));
@@ -306,6 +316,16 @@ fn report_settings() -> insta::Settings {
         r#"contentBase64: expected null, got "[A-Za-z0-9+/=]*""#,
         r#"contentBase64: expected null, got "[listing]""#,
     );
+    // conform's own path, in the MCP server it hands an agent: where the
+    // checkout is (a message cut short shows more or less of it).
+    settings.add_filter(r#""command":"[^"\n]*…"#, r#""command":"[conform]…"#);
+    // A server that stops a command early stops it when its scheduler says.
+    settings.add_filter(
+        r"came \d+\.\d+s after the request",
+        "came [t]s after the request",
+    );
+    // Commands that must not exist are named after the process and case.
+    settings.add_filter(r"(conform-no-such-command-[a-z-]+?)-\d+-\d+", "$1-[uniq]");
     // Which shared process served a case is scheduling too.
     settings.add_filter(r"the shared process #\d+", "the shared process #[n]");
     settings.add_filter(r"(ref|sdk)-\d+-\d+", "$1-[id]");
