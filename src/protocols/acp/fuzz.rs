@@ -10,9 +10,10 @@
 //! The oracles are the suite's: the monitor checks every line the agent
 //! writes at its requirement's level, and the probe must be answered. When
 //! every line was a well-formed JSON-RPC request or notification the agent
-//! must still answer ("When a rpc call is made, the Server MUST reply");
-//! after lines that are not, that it keeps serving is graded SHOULD, as the
-//! suite's `acp.jsonrpc.parse-error` reading does.
+//! must still answer ("When a rpc call is made, the Server MUST reply"), and
+//! after lines that are not as well (`acp/jsonrpc/parse-error-survived`: a
+//! later request is still a request); how such a line itself is answered
+//! is graded at `acp.jsonrpc.parse-error`'s level.
 
 use super::driver::{self, Context};
 use super::editor::Editor;
@@ -355,7 +356,10 @@ impl fuzz::Harness for Harness {
                 ]),
             )
         } else {
-            ("SHOULD", json!(["acp.jsonrpc.parse-error"]))
+            (
+                "MUST",
+                json!(["acp.jsonrpc.reply-to-request", "acp.jsonrpc.parse-error"]),
+            )
         };
         json!({
             "id": id,
