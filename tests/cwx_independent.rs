@@ -622,53 +622,18 @@ fn the_independent_references_pass_and_every_variant_gets_its_verdict() {
                         .join(","),
                 );
             }
-            let cases = run(&args);
+            // A variant whose deviation races conform's end of the case (a
+            // second answer written by a handler thread while the host exits
+            // on end of input) may slip past one run on a loaded machine: it
+            // gets up to three, and one that is never caught still fails.
             let mut problems = Vec::new();
-            let verdict = if v.failed.is_empty() && v.warned.is_empty() {
-                Missed
-            } else if v.failed.is_empty() {
-                Warned
-            } else {
-                Failed
-            };
-            if verdict != v.verdict {
-                problems.push(format!(
-                    "{}: the table says {:?} but names {keys:?}",
-                    v.name, v.verdict
-                ));
-            }
-            if cases.is_empty() {
-                problems.push(format!("{}: no report", v.name));
-            }
-            // The reference core's own breaks are no kill.
-            let ignore: Vec<&str> = if v.core {
-                REFERENCE_CORE_BREAKS.iter().map(|(c, _)| *c).collect()
-            } else {
-                vec![]
-            };
-            for (want, outcome) in [(v.failed, "fail"), (v.warned, "warn")] {
-                for k in want {
-                    match cases.get(*k) {
-                        Some(o) if o == outcome => {}
-                        other => problems
-                            .push(format!("{}: {k} is {other:?}, expected {outcome}", v.name)),
+            for attempt in 1..=3 {
+                problems = judge(v, &run(&args), &keys, full);
+                if problems.is_empty() {
+                    if attempt > 1 {
+                        eprintln!("{}: caught on attempt {attempt}", v.name);
                     }
-                }
-            }
-            if v.verdict == Missed || full {
-                let extra: Vec<String> = cases
-                    .iter()
-                    .filter(|(id, o)| {
-                        (*o == "fail" || *o == "warn")
-                            && !keys.contains(&id.as_str())
-                            && !ignore.contains(&id.as_str())
-                    })
-                    .map(|(id, o)| format!("{id} ({o})"))
-                    .collect();
-                if v.verdict == Missed && !extra.is_empty() {
-                    problems.push(format!("{}: listed as missed, but {extra:?}", v.name));
-                } else if !extra.is_empty() {
-                    eprintln!("{}: also {extra:?}", v.name);
+                    break;
                 }
             }
             (v.name.to_owned(), problems)
@@ -704,4 +669,62 @@ fn the_independent_references_pass_and_every_variant_gets_its_verdict() {
     settings.set_prepend_module_to_snapshot(false);
     settings.bind(|| insta::assert_snapshot!("cwx_independent_battery", table));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// What is wrong with variant `v`'s run (`cases`: id -> outcome) against its
+/// row: empty when it was caught exactly as recorded.
+fn judge(
+    v: &Variant,
+    cases: &std::collections::BTreeMap<String, String>,
+    keys: &[&str],
+    full: bool,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let verdict = if v.failed.is_empty() && v.warned.is_empty() {
+        Missed
+    } else if v.failed.is_empty() {
+        Warned
+    } else {
+        Failed
+    };
+    if verdict != v.verdict {
+        problems.push(format!(
+            "{}: the table says {:?} but names {keys:?}",
+            v.name, v.verdict
+        ));
+    }
+    if cases.is_empty() {
+        problems.push(format!("{}: no report", v.name));
+    }
+    // The reference core's own breaks are no kill.
+    let ignore: Vec<&str> = if v.core {
+        REFERENCE_CORE_BREAKS.iter().map(|(c, _)| *c).collect()
+    } else {
+        vec![]
+    };
+    for (want, outcome) in [(v.failed, "fail"), (v.warned, "warn")] {
+        for k in want {
+            match cases.get(*k) {
+                Some(o) if o == outcome => {}
+                other => problems.push(format!("{}: {k} is {other:?}, expected {outcome}", v.name)),
+            }
+        }
+    }
+    if v.verdict == Missed || full {
+        let extra: Vec<String> = cases
+            .iter()
+            .filter(|(id, o)| {
+                (*o == "fail" || *o == "warn")
+                    && !keys.contains(&id.as_str())
+                    && !ignore.contains(&id.as_str())
+            })
+            .map(|(id, o)| format!("{id} ({o})"))
+            .collect();
+        if v.verdict == Missed && !extra.is_empty() {
+            problems.push(format!("{}: listed as missed, but {extra:?}", v.name));
+        } else if !extra.is_empty() {
+            eprintln!("{}: also {extra:?}", v.name);
+        }
+    }
+    problems
 }
