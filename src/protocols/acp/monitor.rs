@@ -155,6 +155,11 @@ pub struct Monitor {
     client_capabilities: Value,
     agent_capabilities: Option<Value>,
     outstanding: HashMap<String, Outstanding>,
+    /// Ids conform sent again while a request with the id was outstanding
+    /// (the fuzzer's repeated ids), and how many more answers they may get
+    /// than `outstanding` holds. The agent may answer each request; which
+    /// answer is whose the id cannot tell, so none is read as a method's.
+    repeated: HashMap<String, usize>,
     sessions: BTreeMap<String, SessionState>,
     /// Session ids in the order `session/new` returned them.
     pub new_session_ids: Vec<String>,
@@ -325,7 +330,7 @@ impl Monitor {
                 self.sessions.insert(session.to_owned(), state);
             }
         }
-        self.outstanding.insert(
+        self.expect_answer(
             key.clone(),
             Outstanding {
                 id: id.clone(),
@@ -335,6 +340,35 @@ impl Monitor {
             },
         );
         Some(key)
+    }
+
+    /// Expects an answer to `out` under `key`. A key already outstanding
+    /// (conform repeated an id) then expects one answer more, of no method.
+    fn expect_answer(&mut self, key: String, out: Outstanding) {
+        match self.outstanding.get_mut(&key) {
+            Some(already) => {
+                *self.repeated.entry(key).or_default() += 1;
+                already.method = String::new();
+                already.params = Value::Null;
+            }
+            None => {
+                self.outstanding.insert(key, out);
+            }
+        }
+    }
+
+    /// The request an answer under `key` answers; a repeated id stays
+    /// outstanding until each of its requests has had one.
+    fn take_outstanding(&mut self, key: &str) -> Option<Outstanding> {
+        let out = self.outstanding.remove(key)?;
+        if let Some(more) = self.repeated.get_mut(key) {
+            *more -= 1;
+            if *more == 0 {
+                self.repeated.remove(key);
+            }
+            self.outstanding.insert(key.to_owned(), out.clone());
+        }
+        Some(out)
     }
 
     /// conform answered the agent's request `id` (with `result`, or an
@@ -398,7 +432,7 @@ impl Monitor {
     /// Records a message conform wrote whose id the agent can read although
     /// the message is no valid request: the agent may answer it with that id.
     pub fn sent_invalid_with_id(&mut self, id: &Value) {
-        self.outstanding.insert(
+        self.expect_answer(
             id_key(id),
             Outstanding {
                 id: id.clone(),
@@ -852,7 +886,7 @@ impl Monitor {
                 key = k.clone();
             }
         }
-        let Some(out) = self.outstanding.remove(&key) else {
+        let Some(out) = self.take_outstanding(&key) else {
             if id.is_null() && has_result && self.null_id_results < self.null_id_requests {
                 self.null_id_results += 1;
                 return Incoming::Response {
@@ -888,7 +922,7 @@ impl Monitor {
                         near.method, near.id
                     ),
                 );
-                self.outstanding.remove(&id_key(&near.id));
+                self.take_outstanding(&id_key(&near.id));
                 return self.answered(id_key(&near.id), near, o);
             }
             // Same id, other JSON type: 7 answered as "7", or the reverse.
@@ -906,7 +940,7 @@ impl Monitor {
                         near.method, near.id
                     ),
                 );
-                self.outstanding.remove(&id_key(&near.id));
+                self.take_outstanding(&id_key(&near.id));
                 return self.answered(id_key(&near.id), near, o);
             }
             self.violate(
