@@ -182,8 +182,12 @@ impl Harness {
         strat::own_id(&mut v, m, index, ids.len());
         clear_ids(&mut v);
         if let Some(id) = v.get_mut("id") {
-            if ids.contains(&Id::from_value(id)) {
-                *id = json!(format!("fuzz-repeat-{}", ids.len()));
+            // A found message may carry an id an earlier input was given
+            // here: the new one is checked too (at most one try a line).
+            let mut n = ids.len();
+            while ids.contains(&Id::from_value(id)) {
+                *id = json!(format!("fuzz-repeat-{n}"));
+                n += 1;
             }
             ids.push(Id::from_value(id));
         }
