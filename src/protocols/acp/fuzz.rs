@@ -183,7 +183,7 @@ impl Harness {
         clear_ids(&mut v);
         if let Some(id) = v.get_mut("id") {
             // A found message may carry an id an earlier input was given
-            // here: the new one is checked too (at most one try a line).
+            // here: the new one is checked too (bounded: ids.len() + 1 tries).
             let mut n = ids.len();
             while ids.contains(&Id::from_value(id)) {
                 *id = json!(format!("fuzz-repeat-{n}"));
