@@ -699,8 +699,19 @@ fn dir() -> String {
     )
 }
 
+/// Where the independent server makes its workspace: a directory of the
+/// test's, so a variant that dies before its own cleanup leaves nothing in
+/// the machine's temporary directory (the test removes it at the end).
+fn scratch() -> String {
+    format!("{}/agent-socket-independent", env!("CARGO_TARGET_TMPDIR"))
+}
+
 fn target(variant: Option<&str>) -> String {
-    let mut t = format!("exec:python3 {}/server.py --listen {{socket}}", dir());
+    let mut t = format!(
+        "exec:env TMPDIR={} python3 {}/server.py --listen {{socket}}",
+        scratch(),
+        dir()
+    );
     if let Some(v) = variant {
         t.push_str(&format!(" --deviation {v}"));
     }
@@ -771,7 +782,9 @@ fn the_independent_reference_passes_and_each_variant_is_caught_as_recorded() {
             skipped: None,
         });
     }
+    std::fs::create_dir_all(scratch()).unwrap();
     let (problems, reports) = run_doubles(&doubles);
+    let _ = std::fs::remove_dir_all(scratch());
 
     // What came, as a reviewer reads it, with the kill rate.
     let short = |ids: BTreeSet<String>| -> Vec<String> {
