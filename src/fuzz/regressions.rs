@@ -199,12 +199,9 @@ async fn acp_regressions_pass_every_reading() {
     let startup = Duration::from_secs(10);
     for (bend, read, write) in BENDS {
         let launcher = launcher(acp::reference::Agent::new, *read, *write);
-        let (probe, first) = acp::driver::probe(&launcher, startup).await.unwrap();
-        if let Some(c) = first {
-            c.close().await;
-        }
-        let book = acp::prompts::Book::builtin().unwrap();
-        let ctx = acp::driver::Context::new(launcher, false, probe, startup, book, true);
+        let ctx = acp::driver::Context::isolated(launcher, startup)
+            .await
+            .unwrap();
         for case in cases::<acp::AgentCases>("acp.json") {
             passed(&ctx.run_case(&case).await, bend);
         }

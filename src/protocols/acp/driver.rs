@@ -232,6 +232,24 @@ impl Context {
         }
     }
 
+    /// A context of fresh agents (`--isolate`, the builtin prompts) on the
+    /// agents `launcher` starts, after the probe; the probe's own agent is
+    /// closed, since no case shares it.
+    pub async fn isolated(
+        launcher: Launcher,
+        startup: Duration,
+    ) -> Result<Context, crate::error::RunError> {
+        use crate::error::RunError;
+        let (probe, first) = probe(&launcher, startup)
+            .await
+            .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
+        if let Some(c) = first {
+            c.close().await;
+        }
+        let book = Book::builtin().map_err(RunError::Conform)?;
+        Ok(Context::new(launcher, false, probe, startup, book, true))
+    }
+
     fn stopped_by(&self) -> Option<String> {
         self.stopped.lock().ok().and_then(|s| s.clone())
     }

@@ -156,16 +156,9 @@ impl Harness {
 
     /// The harness on the agents `launcher` starts.
     pub async fn on(launcher: Launcher, startup: Duration, timeout: f64) -> Result<Self, RunError> {
-        let (probe, first) = driver::probe(&launcher, startup)
-            .await
-            .map_err(|e| RunError::Target(format!("the agent could not be initialized: {e}")))?;
-        if let Some(c) = first {
-            c.close().await;
-        }
-        let book = super::prompts::Book::builtin().map_err(RunError::Conform)?;
         Ok(Harness {
             // A fresh agent per input (isolated), as before.
-            ctx: Arc::new(Context::new(launcher, false, probe, startup, book, true)),
+            ctx: Arc::new(Context::isolated(launcher, startup).await?),
             timeout,
             golden: golden()?,
             methods: method_names(),
