@@ -6,8 +6,8 @@
 //! target sends against the definition of its method and direction.
 
 use jsonschema::error::ValidationErrorKind;
-use jsonschema::{ValidationError, Validator};
-use serde_json::{Map, Value, json};
+use jsonschema::{Registry, ValidationError, Validator};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -45,8 +45,14 @@ impl Method {
 pub struct Schema {
     root: Value,
     methods: BTreeMap<String, Method>,
+    /// The schema as a resource under [`HOME`], indexed once: a definition's
+    /// validator refers into it, so compiling one copies nothing.
+    registry: Registry<'static>,
     validators: Mutex<HashMap<String, Arc<Validator>>>,
 }
+
+/// Where the registry keeps the schema.
+const HOME: &str = "urn:conform:acp-schema";
 
 /// The embedded schema, parsed once.
 pub fn schema() -> &'static Schema {
@@ -98,9 +104,14 @@ impl Schema {
         if let Some(m) = methods.values().find(|m| m.params.is_empty()) {
             return Err(format!("{}: a result with no params definition", m.name));
         }
+        let registry = Registry::new()
+            .add(HOME, root.clone())
+            .and_then(|b| b.prepare())
+            .map_err(|e| format!("the schema does not index: {e}"))?;
         Ok(Schema {
             root,
             methods,
+            registry,
             validators: Mutex::new(HashMap::new()),
         })
     }
@@ -179,14 +190,14 @@ impl Schema {
         if self.definition(def).is_none() {
             return Err(format!("the schema has no definition {def}"));
         }
-        let mut doc = Map::new();
+        let mut doc = json!({"$ref": format!("{HOME}#/$defs/{def}")});
         if let Some(s) = self.root.get("$schema") {
-            doc.insert("$schema".into(), s.clone());
+            doc["$schema"] = s.clone();
         }
-        doc.insert("$defs".into(), self.root["$defs"].clone());
-        doc.insert("$ref".into(), json!(format!("#/$defs/{def}")));
         let validator = Arc::new(
-            jsonschema::validator_for(&Value::Object(doc))
+            jsonschema::options()
+                .with_registry(&self.registry)
+                .build(&doc)
                 .map_err(|e| format!("definition {def} does not compile: {e}"))?,
         );
         self.validators
