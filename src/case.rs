@@ -465,18 +465,33 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 
 /// The bytes of a `rawHex` string: pairs of hex digits, spaces ignored.
 pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
+    /// Each byte's digit value, or `NONE`.
+    const NONE: u8 = 0xff;
+    const VALUE: [u8; 256] = {
+        let mut t = [NONE; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
         }
-    }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            t[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    };
     let mut out = Vec::with_capacity(text.len() / 2);
     let mut high: Option<u8> = None;
-    for c in text.bytes().filter(|b| !b.is_ascii_whitespace()) {
-        let d = digit(c)?;
+    for &c in text.as_bytes() {
+        let d = VALUE[usize::from(c)];
+        if d == NONE {
+            if c.is_ascii_whitespace() {
+                continue;
+            }
+            return None;
+        }
         match high.take() {
             None => high = Some(d),
             Some(h) => out.push(h << 4 | d),
@@ -509,6 +524,20 @@ mod tests {
         ));
         assert!(!filter_matches("*/read?", "a/readFile"));
         assert!(filter_matches("*/read????", "a/readFile"));
+    }
+
+    #[test]
+    fn hex_strings_read_as_the_case_files_write_them() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(
+            hex_bytes(&crate::fuzz::strategies::hex(&all)),
+            Some(all.clone())
+        );
+        assert_eq!(hex_bytes("0A ff\n0b"), Some(vec![0x0a, 0xff, 0x0b]));
+        assert_eq!(hex_bytes(""), Some(vec![]));
+        assert_eq!(hex_bytes("abc"), None, "an odd digit");
+        assert_eq!(hex_bytes("0g"), None);
+        assert_eq!(hex_bytes("é0"), None);
     }
 
     /// A dialect for the tests: steps are numbers.

@@ -564,12 +564,14 @@ pub fn write_step(bytes: Vec<u8>, pauses: &[Pause], text: bool) -> Map<String, V
 /// Hex pairs, as the case files write bytes.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    out.extend(
+        bytes
+            .iter()
+            .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]),
+    );
+    // Hex digits are ASCII.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
