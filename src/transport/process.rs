@@ -80,6 +80,9 @@ pub enum Program<'a> {
     Argv(&'a str, &'a [String]),
 }
 
+/// How many processes this conform has started.
+static SPAWNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The environment variable that marks every process of one target:
 /// `<conform's pid>-<n>`, unique within a run.
 pub const TARGET_ID_ENV: &str = "CONFORM_TARGET_ID";
@@ -113,6 +116,12 @@ pub fn return_large_frees() {
 /// left is one), and their descendants. For a target that was never shut
 /// down (an interrupted run), or a process that cleared its environment.
 pub fn sweep() {
+    // Nothing spawned, nothing to find: every process a target left is a
+    // descendant of one conform started (a reference server's exit, say,
+    // need not read the process table).
+    if SPAWNED.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        return;
+    }
     let me = std::process::id() as i32;
     let prefix = format!("{me}-");
     let table = processes();
@@ -169,7 +178,6 @@ pub fn spawn_in(
     env: &[(&str, &std::ffi::OsStr)],
     stdio: Stdio3,
 ) -> std::io::Result<Spawned> {
-    static SPAWNED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let token = format!(
         "{}-{}",
         std::process::id(),

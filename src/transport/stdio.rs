@@ -52,6 +52,9 @@ pub type Serve = Arc<dyn Fn(Pipes) -> Pin<Box<dyn Future<Output = ()> + Send>> +
 #[derive(Clone)]
 pub enum Launcher {
     Command(String),
+    /// conform's own executable with these arguments, started without a
+    /// shell (its built-in references: a fuzzer starts many).
+    Own(Vec<String>),
     Memory(Serve),
 }
 
@@ -59,12 +62,35 @@ impl std::fmt::Debug for Launcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Launcher::Command(c) => write!(f, "Command({c:?})"),
+            Launcher::Own(args) => write!(f, "Own({args:?})"),
             Launcher::Memory(_) => f.write_str("Memory"),
         }
     }
 }
 
 impl Launcher {
+    /// The target's process, for a launcher that starts one.
+    fn spawn(&self, env: &[(&str, &std::ffi::OsStr)]) -> std::io::Result<Spawned> {
+        match self {
+            Launcher::Command(line) => process::spawn(line, env, Stdio3::Pipes),
+            Launcher::Own(args) => {
+                let exe = std::env::current_exe()?;
+                let program = exe
+                    .to_str()
+                    .ok_or_else(|| std::io::Error::other("conform's own path is not UTF-8"))?;
+                process::spawn_in(
+                    process::Program::Argv(program, args),
+                    None,
+                    env,
+                    Stdio3::Pipes,
+                )
+            }
+            Launcher::Memory(_) => Err(std::io::Error::other(
+                "a target served in this process has no process",
+            )),
+        }
+    }
+
     /// Starts the target and reads its output in `codec`'s messages.
     pub fn start(
         &self,
@@ -72,8 +98,8 @@ impl Launcher {
         codec: Codec,
     ) -> std::io::Result<LineStream> {
         match self {
-            Launcher::Command(line) => {
-                let mut process = process::spawn(line, env, Stdio3::Pipes)?;
+            Launcher::Command(_) | Launcher::Own(_) => {
+                let mut process = self.spawn(env)?;
                 let stdin = process
                     .stdin
                     .take()

@@ -125,15 +125,9 @@ pub fn workspace() -> Result<tempfile::TempDir, String> {
 /// How one agent is started for `target`.
 pub fn launcher_for(target: &Target) -> Result<Launcher, RunError> {
     match target {
-        Target::Builtin => {
-            let exe = std::env::current_exe().map_err(|e| {
-                RunError::Conform(format!("cannot find conform's own executable: {e}"))
-            })?;
-            Ok(Launcher::Command(format!(
-                "exec {} reference --protocol acp",
-                crate::matcher::shell_quote(&exe.display().to_string())
-            )))
-        }
+        Target::Builtin => Ok(Launcher::Own(
+            ["reference", "--protocol", "acp"].map(String::from).into(),
+        )),
         Target::Exec(cmd) => Ok(Launcher::Command(cmd.clone())),
         Target::Unix(_) => Err(RunError::Usage(
             "acp agents speak over stdio: use builtin or exec:<command line>".into(),

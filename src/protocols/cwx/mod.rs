@@ -119,16 +119,11 @@ async fn preflight(launcher: &Launcher, startup: Duration) -> Result<(), RunErro
 /// How one host is started for `target`.
 fn launcher_for(target: &Target, tier: Tier) -> Result<Launcher, RunError> {
     match target {
-        Target::Builtin => {
-            let exe = std::env::current_exe().map_err(|e| {
-                RunError::Conform(format!("cannot find conform's own executable: {e}"))
-            })?;
-            Ok(Launcher::Command(format!(
-                "exec {} reference --protocol cwx --tier {}",
-                crate::matcher::shell_quote(&exe.display().to_string()),
-                tier.name()
-            )))
-        }
+        Target::Builtin => Ok(Launcher::Own(
+            ["reference", "--protocol", "cwx", "--tier", tier.name()]
+                .map(String::from)
+                .into(),
+        )),
         Target::Exec(cmd) => Ok(Launcher::Command(cmd.clone())),
         Target::Unix(_) => Err(RunError::Usage(
             "cwx hosts speak over stdio: use builtin or exec:<command line>".into(),
