@@ -46,7 +46,7 @@ pub enum Slot {
 /// A target that has been through its handshake and takes inputs.
 pub trait Live: Send {
     /// Runs one input's case on it.
-    fn run(&mut self, case: Value) -> BoxFuture<'_, CaseResult>;
+    fn run<'a>(&'a mut self, case: &'a Value) -> BoxFuture<'a, CaseResult>;
     /// Whether it can take another input: still running, its exchange sound.
     fn usable(&self) -> bool;
     /// Ends it.
@@ -59,7 +59,7 @@ pub type Starting = BoxFuture<'static, Result<Box<dyn Live>, String>>;
 /// A live target and the inputs it ran, oldest first.
 pub struct Lease {
     pub live: Box<dyn Live>,
-    pub history: Vec<(u64, Value)>,
+    pub history: Vec<(u64, std::sync::Arc<Value>)>,
 }
 
 /// The live targets not running an input.
@@ -128,7 +128,7 @@ where
     W: Watch + 'static,
     A: Answerer + 'static,
 {
-    fn run(&mut self, case: Value) -> BoxFuture<'_, CaseResult> {
+    fn run<'a>(&'a mut self, case: &'a Value) -> BoxFuture<'a, CaseResult> {
         Box::pin(async move {
             let case = match super::parse_generated::<D>(case) {
                 Ok(c) => c,
@@ -301,7 +301,7 @@ mod tests {
                 Some(l) => l,
                 None => h.clone().start_live().unwrap().await.unwrap(),
             };
-            let on_live = target.run(case.clone()).await;
+            let on_live = target.run(&case).await;
             assert_eq!(
                 judged(&fresh),
                 judged(&on_live),

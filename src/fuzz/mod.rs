@@ -251,10 +251,11 @@ pub fn invalid_case(id: &Value, message: String) -> CaseResult {
 /// A generated case read back as the protocol's case, its steps checked as
 /// the corpus's are; a case that does not read is conform's own error.
 pub fn parse_generated<D: crate::case::Dialect>(
-    case: Value,
+    case: &Value,
 ) -> Result<crate::case::Case<D>, Box<CaseResult>> {
+    use serde::Deserialize;
     let id = case.get("id").cloned().unwrap_or_default();
-    let case: crate::case::Case<D> = serde_json::from_value(case).map_err(|e| {
+    let case = crate::case::Case::<D>::deserialize(case).map_err(|e| {
         Box::new(invalid_case(
             &id,
             format!("a generated case is invalid: {e}"),
@@ -313,14 +314,15 @@ fn is_finding(r: &CaseResult) -> bool {
 struct Pending<V> {
     tree: Box<dyn ValueTree<Value = V>>,
     pool: Pool,
-    case: Value,
+    /// Shared with the task that runs it and its live target's history.
+    case: Arc<Value>,
 }
 
 /// How an input ran.
 struct Ran {
     result: CaseResult,
     /// The inputs its live target ran before it; empty on a fresh target.
-    before: Vec<(u64, Value)>,
+    before: Vec<(u64, Arc<Value>)>,
     live: bool,
     /// A live target was started for it.
     started: bool,
@@ -331,7 +333,7 @@ struct Ran {
 async fn run_input<H: Harness>(
     h: Arc<H>,
     pool: Arc<live::Pool>,
-    case: Value,
+    case: Arc<Value>,
     index: u64,
     slot: Slot,
 ) -> Ran {
@@ -353,7 +355,7 @@ async fn run_input<H: Harness>(
         // A target that cannot be started live runs the input through the
         // driver, which reports why.
         if let Some(mut lease) = lease {
-            let result = lease.live.run(case.clone()).await;
+            let result = lease.live.run(&case).await;
             let before = lease.history.clone();
             lease.history.push((index, case));
             let again = slot == Slot::Shared
@@ -374,7 +376,7 @@ async fn run_input<H: Harness>(
         }
     }
     Ran {
-        result: h.run(case).await,
+        result: h.run(Arc::unwrap_or_clone(case)).await,
         before: Vec::new(),
         live: false,
         started: false,
@@ -439,7 +441,7 @@ pub async fn fuzz<H: Harness>(
     // An input is built on the messages found by inputs at least this many
     // before it, all finished: the pool it sees does not depend on which
     // of the inputs in flight finished first.
-    let lag = 2 * jobs as u64;
+    let lag = (2 * jobs as u64).max(256);
     let mut pool = Pool::new(harness.golden());
     let lives = Arc::new(live::Pool::default());
     let mut book = Book {
@@ -488,7 +490,7 @@ pub async fn fuzz<H: Harness>(
             };
             let input = tree.current();
             let id = case_id(options.protocol, options.seed, next);
-            let case = harness.case(&input, &pool, &id, next);
+            let case = Arc::new(harness.case(&input, &pool, &id, next));
             let slot = harness.slot(&input, &pool);
             pending.insert(
                 next,
@@ -613,23 +615,28 @@ async fn culprit<H: Harness>(
         let class = class_of(&ran.result);
         let id = case_id(options.protocol, options.seed, index);
         harness.clone().reset().await?;
-        let again = harness.clone().run(p.case.clone()).await;
+        let again = harness.clone().run((*p.case).clone()).await;
         if has_class(&again, &class) {
             return shrink(harness, options, p, index, Vec::new(), again, class).await;
         }
         if !ran.before.is_empty() {
-            let mut cases: Vec<Value> = ran.before.iter().map(|(_, c)| c.clone()).collect();
-            cases.push(p.case.clone());
+            let before: Vec<(u64, Value)> = ran
+                .before
+                .into_iter()
+                .map(|(i, c)| (i, Arc::unwrap_or_clone(c)))
+                .collect();
+            let mut cases: Vec<Value> = before.iter().map(|(_, c)| c.clone()).collect();
+            cases.push((*p.case).clone());
             harness.clone().reset().await?;
             let again = harness.clone().run(live::join(&cases, &id)).await;
             if has_class(&again, &class) {
                 let (prefix, again) =
-                    fewest_before(harness, options, ran.before, &p.case, &class, again).await?;
+                    fewest_before(harness, options, before, &p.case, &class, again).await?;
                 return shrink(harness, options, p, index, prefix, again, class).await;
             }
         }
         if first.is_none() {
-            first = Some((index, ran.result, p.case));
+            first = Some((index, ran.result, Arc::unwrap_or_clone(p.case)));
         }
     }
     let (index, result, case) = first.ok_or_else(|| {

@@ -371,7 +371,7 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            match fuzz::parse_generated::<super::AgentCases>(case) {
+            match fuzz::parse_generated::<super::AgentCases>(&case) {
                 Ok(case) => self.ctx.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }

@@ -339,7 +339,7 @@ impl fuzz::Harness for Harness {
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         let session = self.session_now();
         Box::pin(async move {
-            match fuzz::parse_generated::<super::ServerCases>(case) {
+            match fuzz::parse_generated::<super::ServerCases>(&case) {
                 Ok(case) => session.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }

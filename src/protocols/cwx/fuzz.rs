@@ -364,6 +364,20 @@ impl Harness {
         out
     }
 
+    /// Whether the core reads input's bytes as whole frames. Frames with
+    /// true headers always are: no message the strategy makes comes near
+    /// `MAX_FRAME` (the largest is padded to 1 MiB and a byte), so only a
+    /// lying header needs the bytes built and read as the core reads them.
+    /// The input's number changes its ids' digits, never how the core's
+    /// decoder cuts its bytes.
+    fn read_whole(&self, input: &Input, pool: &Pool) -> bool {
+        input
+            .frames
+            .iter()
+            .all(|f| matches!(f.header, Header::True))
+            || matches!(model(&self.bytes(input, pool, 0)), Read::Whole(_))
+    }
+
     /// A payload the host must survive: a message the core could send this
     /// host, or a request for a method no host handles.
     fn must_survive(&self, payload: &[u8]) -> bool {
@@ -525,11 +539,10 @@ impl fuzz::Harness for Harness {
                 .and_then(Value::as_str)
                 .is_some_and(|m| LEAVES_STATE.contains(&m))
         });
-        // The input's number changes its ids' digits, never how the
-        // core's decoder cuts its bytes.
-        match model(&self.bytes(input, pool, 0)) {
-            Read::Whole(_) if !leaves => Slot::Shared,
-            _ => Slot::Last,
+        if leaves || !self.read_whole(input, pool) {
+            Slot::Last
+        } else {
+            Slot::Shared
         }
     }
 
@@ -591,7 +604,7 @@ impl fuzz::Harness for Harness {
 
     fn run(self: Arc<Self>, case: Value) -> CaseFuture {
         Box::pin(async move {
-            match fuzz::parse_generated::<super::HostCases>(case) {
+            match fuzz::parse_generated::<super::HostCases>(&case) {
                 Ok(case) => self.ctx.run_case(&case).await,
                 Err(conform_error) => *conform_error,
             }
@@ -610,6 +623,43 @@ mod tests {
 
     fn frame(payload: &[u8]) -> Vec<u8> {
         crate::wire::frame::encode(payload).unwrap()
+    }
+
+    /// The shortcut for true headers agrees with the core's reading of
+    /// the bytes, for generated inputs.
+    #[tokio::test]
+    async fn true_headers_are_read_whole() {
+        use crate::transport::serve::testing::memory;
+        use proptest::strategy::ValueTree;
+        let h = Harness::on(
+            memory(|| reference::Host::new(Tier::Plugin), |_| true),
+            Tier::Plugin,
+            None,
+            Duration::from_secs(10),
+            10.0,
+        )
+        .await
+        .unwrap();
+        let pool = Pool::new(fuzz::Harness::golden(&h));
+        let mut runner = crate::fuzz::runner_for(5);
+        let strategy = fuzz::Harness::strategy(&h);
+        let mut true_headers = 0;
+        for _ in 0..400 {
+            let input = strategy.new_tree(&mut runner).unwrap().current();
+            let modelled = matches!(model(&h.bytes(&input, &pool, 0)), Read::Whole(_));
+            assert_eq!(h.read_whole(&input, &pool), modelled, "{input:?}");
+            if input
+                .frames
+                .iter()
+                .all(|f| matches!(f.header, Header::True))
+            {
+                true_headers += 1;
+            }
+        }
+        assert!(
+            true_headers > 200,
+            "{true_headers} inputs with true headers"
+        );
     }
 
     #[test]
