@@ -482,9 +482,25 @@ pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
         }
         t
     };
-    let mut out = Vec::with_capacity(text.len() / 2);
+    let bytes = text.as_bytes();
+    // Pairs of digits and nothing else, as conform writes them: read a pair
+    // at a time; anything else (spaces, a bad digit) is read below.
+    if bytes.len() % 2 == 0 {
+        let mut out = Vec::with_capacity(bytes.len() / 2);
+        for pair in bytes.chunks_exact(2) {
+            let (high, low) = (VALUE[usize::from(pair[0])], VALUE[usize::from(pair[1])]);
+            if (high | low) >= 16 {
+                break;
+            }
+            out.push(high << 4 | low);
+        }
+        if out.len() * 2 == bytes.len() {
+            return Some(out);
+        }
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 2);
     let mut high: Option<u8> = None;
-    for &c in text.as_bytes() {
+    for &c in bytes {
         let d = VALUE[usize::from(c)];
         if d == NONE {
             if c.is_ascii_whitespace() {
