@@ -35,7 +35,7 @@ pub const AGENT: Suite = Suite::new(
     monitor::rules::EVERY_MESSAGE,
     suite::load::<AgentCases>,
 )
-.fuzzed_by(fuzz::start, 4)
+.fuzzed_by(fuzz::start, crate::fuzz::live::JOBS)
 .with_reference(serve_reference);
 
 /// Clients: conform plays an agent the client spawns.

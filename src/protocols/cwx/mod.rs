@@ -33,7 +33,7 @@ pub const HOST: Suite = Suite::new(
     driver::rules::EVERY_MESSAGE,
     suite::load::<HostCases>,
 )
-.fuzzed_by(fuzz::start, 4)
+.fuzzed_by(fuzz::start, crate::fuzz::live::JOBS)
 .with_reference(serve_reference);
 
 /// Cores: conform plays a host the core launches.
