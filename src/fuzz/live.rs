@@ -16,8 +16,9 @@ use crate::evidence::Evidence;
 use crate::outcome::{CaseResult, Transcript};
 use crate::step::{Action, Bytes, Language, Step};
 use serde_json::{Value, json};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// The most inputs one live target takes. conform's own request ids on it
@@ -68,13 +69,27 @@ pub struct Lease {
     pub history: Vec<(u64, std::sync::Arc<Value>)>,
 }
 
-/// The live targets not running an input.
-#[derive(Default)]
+/// The live targets not running an input, and those being ended.
 pub struct Pool {
     idle: Mutex<Vec<Lease>>,
+    /// One permit for each target that may be ending at once: a target is
+    /// ended beside the inputs that go on (an input does not wait for the
+    /// last one's target to close), and no more than this many at a time.
+    ending: Arc<Semaphore>,
+    most_ending: u32,
 }
 
 impl Pool {
+    /// A pool where at most `most_ending` targets are being ended at once.
+    pub fn new(most_ending: usize) -> Pool {
+        let most_ending = u32::try_from(most_ending.max(1)).unwrap_or(u32::MAX);
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            ending: Arc::new(Semaphore::new(most_ending as usize)),
+            most_ending,
+        }
+    }
+
     pub fn take(&self) -> Option<Lease> {
         self.idle.lock().ok().and_then(|mut v| v.pop())
     }
@@ -85,7 +100,21 @@ impl Pool {
         }
     }
 
-    /// Ends every idle target.
+    /// Ends a target in the background, once a permit is free.
+    pub async fn retire(&self, live: Box<dyn Live>) {
+        match self.ending.clone().acquire_owned().await {
+            Ok(permit) => {
+                tokio::spawn(async move {
+                    live.end().await;
+                    drop(permit);
+                });
+            }
+            // Closed: never, as the pool does not close it; end it here.
+            Err(_) => live.end().await,
+        }
+    }
+
+    /// Ends every idle target, and waits for every one being ended.
     pub async fn close(&self) {
         let all: Vec<Lease> = self
             .idle
@@ -95,6 +124,7 @@ impl Pool {
         for lease in all {
             lease.live.end().await;
         }
+        let _ = self.ending.acquire_many(self.most_ending).await;
     }
 }
 

@@ -365,7 +365,7 @@ async fn run_input<H: Harness>(
             if again {
                 pool.give(lease);
             } else {
-                lease.live.end().await;
+                pool.retire(lease.live).await;
             }
             return Ran {
                 result,
@@ -443,7 +443,7 @@ pub async fn fuzz<H: Harness>(
     // of the inputs in flight finished first.
     let lag = (2 * jobs as u64).max(256);
     let mut pool = Pool::new(harness.golden());
-    let lives = Arc::new(live::Pool::default());
+    let lives = Arc::new(live::Pool::new(jobs));
     let mut book = Book {
         report: Report {
             seed: options.seed,
