@@ -66,7 +66,7 @@ pub type Starting = BoxFuture<'static, Result<Box<dyn Live>, String>>;
 /// A live target and the inputs it ran, oldest first.
 pub struct Lease {
     pub live: Box<dyn Live>,
-    pub history: Vec<(u64, std::sync::Arc<Value>)>,
+    pub history: Vec<(u64, Arc<Value>)>,
 }
 
 /// The live targets not running an input, and those being ended.
@@ -287,7 +287,6 @@ pub fn join(cases: &[Value], id: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn joined_cases_keep_every_step_the_first_setup_and_the_last_grade() {
