@@ -237,7 +237,7 @@ pub fn main() -> i32 {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("conform: cannot start the runtime: {e}");
+            crate::console::err_line(&format!("conform: cannot start the runtime: {e}"));
             return 2;
         }
     };
@@ -248,7 +248,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("conform: {e}");
+            crate::console::err_line(&format!("conform: {e}"));
             e.exit_code()
         }
     }
@@ -288,12 +288,12 @@ async fn dispatch(cli: Cli) -> Result<i32, RunError> {
             let mut script = Vec::new();
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "conform", &mut script);
-            print_bytes(&script);
+            crate::console::out_bytes(&script);
             Ok(0)
         }
         Command::Man { dir } => man(dir.as_deref()),
         Command::Schema { document } => {
-            print_bytes(document.text().as_bytes());
+            crate::console::out_bytes(document.text().as_bytes());
             Ok(0)
         }
     }
@@ -311,18 +311,10 @@ fn man(dir: Option<&std::path::Path>) -> Result<i32, RunError> {
             clap_mangen::Man::new(cmd)
                 .render(&mut page)
                 .map_err(|e| format!("cannot render the manual page: {e}"))
-                .map(|()| print_bytes(&page))
+                .map(|()| crate::console::out_bytes(&page))
         }
     };
     written.map(|()| 0).map_err(RunError::Conform)
-}
-
-/// Writes `bytes` to standard output; a reader that went away (`| head`)
-/// is not an error.
-fn print_bytes(bytes: &[u8]) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(bytes).and_then(|()| out.flush());
 }
 
 pub(crate) fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
@@ -362,8 +354,8 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
         shrink_limit: args.shrink_limit,
         shrink_time: Duration::from_secs_f64(args.shrink_time.clamp(0.0, 86400.0)),
     };
-    eprintln!("conform fuzz: seed {seed}");
-    let mut progress = |line: &str| eprintln!("conform fuzz: {line}");
+    crate::console::err_line(&format!("conform fuzz: seed {seed}"));
+    let mut progress = |line: &str| crate::console::err_line(&format!("conform fuzz: {line}"));
     let setup = FuzzSetup {
         target: args.target.clone(),
         startup: Duration::from_secs_f64(args.startup_timeout.clamp(0.1, 3600.0)),
@@ -375,7 +367,7 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
     for n in notes {
         text.push_str(&format!("note: {n}\n"));
     }
-    print!("{text}");
+    crate::console::out(&text);
     Ok(report.exit_code())
 }
 
@@ -386,9 +378,12 @@ fn list(args: ListArgs) -> Result<i32, RunError> {
     let keep = case::select(&ids, args.filter.as_deref(), args.shard)?;
     let chosen = chosen(listing, &keep);
     if args.json {
-        println!("{}", report::list::json(&chosen, suite.catalogue()));
+        crate::console::out(&format!(
+            "{}\n",
+            report::list::json(&chosen, suite.catalogue())
+        ));
     } else {
-        print!("{}", report::list::text(&chosen, suite.catalogue()));
+        crate::console::out(&report::list::text(&chosen, suite.catalogue()));
     }
     Ok(0)
 }

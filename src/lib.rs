@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod case;
 pub mod certify;
 pub mod cli;
+pub mod console;
 pub mod corpus;
 pub mod drive;
 pub mod error;

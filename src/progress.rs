@@ -76,8 +76,8 @@ impl Progress {
                 bar.set_position(done as u64);
                 bar.set_message(r.id.clone());
             }
-            Mode::Lines { to_stdout: true } => println!("{line}"),
-            Mode::Lines { to_stdout: false } => eprintln!("{line}"),
+            Mode::Lines { to_stdout: true } => crate::console::out(&format!("{line}\n")),
+            Mode::Lines { to_stdout: false } => crate::console::err_line(&line),
         }
     }
 

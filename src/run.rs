@@ -96,10 +96,10 @@ pub async fn run(args: RunArgs) -> Result<i32, RunError> {
     }
     progress.finish();
     if let Some(signal) = stopped_by {
-        eprintln!(
+        crate::console::err_line(&format!(
             "conform: interrupted by {}: writing the report of the cases that finished",
             signal.name()
-        );
+        ));
     }
     if let (Some(dir), [report]) = (&args.certify, reports.as_slice()) {
         let digest = crate::certify::corpus_digest(suite.protocol.id(), &extra);
@@ -161,7 +161,7 @@ fn select(
     let keep = case::select(&ids, args.filter.as_deref(), args.shard)?;
     let chosen = chosen(listing, &keep);
     if args.dry_run {
-        print!("{}", report::list::text(&chosen, suite.catalogue()));
+        crate::console::out(&report::list::text(&chosen, suite.catalogue()));
         return Ok(None);
     }
     cases.keep(&keep);

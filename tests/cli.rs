@@ -629,3 +629,39 @@ fn one_run_writes_every_report_asked_for() {
         assert_eq!(out.status.code(), Some(2), "--report {bad}");
     }
 }
+
+/// A reader that went away (`| head`) ends conform's output quietly: no
+/// panic (exit 101), no message. The pipe's read end is closed before
+/// conform starts, so its first write meets the closed pipe.
+#[test]
+fn a_closed_stdout_pipe_is_not_a_panic() {
+    use std::os::fd::OwnedFd;
+    for args in [
+        &["list", "--protocol", "acp", "--json"][..],
+        &["list", "--protocol", "cwx"][..],
+        &[
+            "run",
+            "--protocol",
+            "agent-socket",
+            "--filter",
+            "agent-socket/handshake/version",
+            "--format",
+            "json",
+        ][..],
+    ] {
+        let (read, write): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = conform()
+            .args(args)
+            .stdout(std::process::Stdio::from(write))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            out.status.code().is_some(),
+            "{args:?} ends by itself, not by SIGPIPE"
+        );
+    }
+}

@@ -284,3 +284,41 @@ fn sigterm_reports_every_target_of_a_matrix_and_exits_143() {
     );
     assert_eq!(entries(tmp.path()), Vec::<String>::new(), "left in TMPDIR");
 }
+
+/// A SIGKILL gives conform no chance to end its targets. The target here is
+/// a shell whose program is its child, with a grandchild of its own in the
+/// group: the parent-death signal reaches only the shell, the guard the rest.
+#[test]
+fn sigkill_leaves_no_target_process_behind() {
+    let work = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = slow_cases(work.path(), 1.0);
+    let target = format!(
+        "exec:sleep 300 & {} reference --protocol agent-socket --listen {{socket}} --workspace {}; wait",
+        env!("CARGO_BIN_EXE_conform"),
+        work.path().display()
+    );
+    let mut args = strings(&["run", "--protocol", "agent-socket", "-j", "1"]);
+    args.extend(strings(&[
+        "--filter",
+        "agent-socket/slow/",
+        "--target",
+        &target,
+    ]));
+    let report = work.path().join("report.json");
+    args.extend(strings(&["--case", &cases.display().to_string()]));
+    // With the report in a file, the progress lines go to stderr.
+    args.extend(strings(&["--output", &report.display().to_string()]));
+    let (mut child, _) = start_and_wait_for(&args, tmp.path(), 2);
+    let pid = child.id();
+    assert!(!targets_left(pid).is_empty(), "the target runs mid-run");
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    assert_eq!(exit_code(&mut child), None, "killed by the signal");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut left = targets_left(pid);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        left = targets_left(pid);
+    }
+    assert!(left.is_empty(), "left behind after SIGKILL: {left:?}");
+}

@@ -203,6 +203,7 @@ pub fn spawn_in(
     }
     cmd.env(TARGET_ID_ENV, &token);
     cmd.process_group(0);
+    end_with_conform(&mut cmd);
     cmd.stderr(Stdio::piped());
     match stdio {
         Stdio3::CaptureOutput => {
@@ -219,6 +220,9 @@ pub fn spawn_in(
     cmd.kill_on_drop(true);
     let mut child: Child = cmd.spawn()?;
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    if pid > 0 {
+        guard::watch(pid);
+    }
     let stderr = Arc::new(Mutex::new(Tail::default()));
     let stdout = Arc::new(Mutex::new(Tail::default()));
     let (stderr_done_tx, stderr_done) = watch::channel(false);
@@ -254,6 +258,97 @@ pub fn spawn_in(
         stderr_pipe,
         finished: false,
     })
+}
+
+/// The target's first process is killed when conform dies, however it dies:
+/// a SIGKILL leaves conform no chance to end its targets, and the sweep
+/// never runs. Linux's parent-death signal is sent when the thread that
+/// spawned the child exits; conform spawns from tokio's worker threads,
+/// which live as long as the runtime. Descendants that the target started
+/// are the target's to end (the sweep finds them while conform lives).
+fn end_with_conform(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let conform = nix::unistd::getpid();
+        // SAFETY: between fork and exec the closure makes only
+        // async-signal-safe system calls (prctl, getppid) and allocates
+        // nothing (its errors are raw OS errors).
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // conform died between fork and prctl: the signal will
+                // never come, so do not start at all.
+                if nix::unistd::getppid() != conform {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
+/// What ends a target's whole process group when conform dies without
+/// ending it (a SIGKILL gives conform no chance; the parent-death signal
+/// reaches only the target's first process, and a `sh -c` target's program
+/// is that shell's child). One small shell per conform, in a group of its
+/// own so a terminal's Ctrl-C does not end it first: conform tells it each
+/// group it starts (`+ PGID`) and ends (`- PGID`) over a pipe, and when the
+/// pipe closes, because conform exited however it exited, it kills every
+/// group still listed. A group is taken off the list once conform has ended
+/// it, so a number the system gives again later is never killed.
+mod guard {
+    use std::io::Write;
+    use std::process::{ChildStdin, Command, Stdio};
+    use std::sync::{Mutex, OnceLock};
+
+    const SCRIPT: &str = r#"g=' '
+while read -r op pg; do
+  case "$op" in
+    +) g="$g$pg " ;;
+    -) case "$g" in *" $pg "*) g="${g%% $pg *} ${g#* $pg }" ;; esac ;;
+  esac
+done
+for pg in $g; do kill -s KILL -- "-$pg" 2>/dev/null; done
+"#;
+
+    static PIPE: OnceLock<Mutex<Option<ChildStdin>>> = OnceLock::new();
+
+    fn start() -> Option<ChildStdin> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(SCRIPT)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        child.stdin.take()
+    }
+
+    fn tell(line: String) {
+        let pipe = PIPE.get_or_init(|| Mutex::new(start()));
+        if let Ok(mut pipe) = pipe.lock()
+            && let Some(w) = pipe.as_mut()
+            && w.write_all(line.as_bytes()).is_err()
+        {
+            // The guard is gone; a target is still ended by conform itself.
+            *pipe = None;
+        }
+    }
+
+    pub fn watch(pgid: i32) {
+        tell(format!("+ {pgid}\n"));
+    }
+
+    pub fn release(pgid: i32) {
+        if PIPE.get().is_some() {
+            tell(format!("- {pgid}\n"));
+        }
+    }
 }
 
 async fn drain(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>, done: watch::Sender<bool>) {
@@ -300,6 +395,7 @@ impl Spawned {
         if self.exit_status().is_some() && self.members().is_empty() {
             let mut done = self.stderr_done.clone();
             let _ = tokio::time::timeout(Duration::from_millis(500), done.wait_for(|d| *d)).await;
+            guard::release(self.pid);
             return (self.exit_status(), false);
         }
         let mut outlived = false;
@@ -338,6 +434,7 @@ impl Spawned {
         // read to the end (bounded), so a report shows all of it.
         let mut done = self.stderr_done.clone();
         let _ = tokio::time::timeout(Duration::from_millis(500), done.wait_for(|d| *d)).await;
+        guard::release(self.pid);
         (status, outlived)
     }
 
@@ -374,6 +471,7 @@ impl Drop for Spawned {
     fn drop(&mut self) {
         if !self.finished && self.pid > 0 {
             self.signal(Signal::SIGKILL);
+            guard::release(self.pid);
         }
     }
 }
