@@ -103,6 +103,9 @@ pub struct Context {
     pub startup: Duration,
 }
 
+/// The case that reports a host that writes nothing: host/hello comes first.
+pub const SETUP_CASE: &str = "cwx/handshake/hello";
+
 /// The limits conform sends in `host/initialize`: the core's own, unless
 /// the case lowers one.
 pub(crate) fn initialize_params(limits: &Limits) -> Value {
@@ -662,24 +665,55 @@ struct CaseRun<'a> {
 }
 
 impl Context {
+    /// Why `case` does not apply to this run, if it does not.
+    pub fn skip_reason(&self, case: &Case<super::HostCases>) -> Option<(&'static str, SkipKind)> {
+        if case.needs.contains(&Need::Extension) && self.extension.is_none() {
+            return Some((
+                "no extension to activate: give one with --extension PATH#SHA256",
+                SkipKind::Outside,
+            ));
+        }
+        // The tier is the host's declaration: not applicable.
+        if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
+            return Some(("the case is for a builtin-tier host", SkipKind::Declared));
+        }
+        if case.needs.contains(&Need::PluginTier) && self.tier != Tier::Plugin {
+            return Some(("the case is for a plugin-tier host", SkipKind::Declared));
+        }
+        None
+    }
+
+    /// A case of a run whose set-up got nothing (the host wrote nothing at
+    /// all, `why`): every case waits for the host's first frame, so
+    /// [`SETUP_CASE`] reports it, once, and the others end at once naming
+    /// it (when the run did not select it, each case fails on it).
+    pub fn stands_on_silence(
+        &self,
+        case: &Case<super::HostCases>,
+        why: &str,
+        selected: &BTreeSet<String>,
+    ) -> CaseResult {
+        let started = Instant::now();
+        let mut ev = Evidence::default();
+        if let Some((reason, kind)) = self.skip_reason(case) {
+            ev.skip(reason, kind);
+        } else if case.id != SETUP_CASE && selected.contains(SETUP_CASE) {
+            ev.skip(
+                format!("{why}; {SETUP_CASE} reports it, so this case is not failed for it again"),
+                SkipKind::Outside,
+            );
+        } else {
+            ev.fail(Kind::Missing, why.to_owned());
+        }
+        CaseResult::graded(case, ev, self.strict, started, vec![])
+    }
+
     pub async fn run_case(&self, case: &Case<super::HostCases>) -> CaseResult {
         let started = Instant::now();
         let mut early = Evidence::default();
         let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
-        if case.needs.contains(&Need::Extension) && self.extension.is_none() {
-            early.skip(
-                "no extension to activate: give one with --extension PATH#SHA256",
-                SkipKind::Outside,
-            );
-            return result(early);
-        }
-        // The tier is the host's declaration: not applicable.
-        if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
-            early.skip("the case is for a builtin-tier host", SkipKind::Declared);
-            return result(early);
-        }
-        if case.needs.contains(&Need::PluginTier) && self.tier != Tier::Plugin {
-            early.skip("the case is for a plugin-tier host", SkipKind::Declared);
+        if let Some((why, kind)) = self.skip_reason(case) {
+            early.skip(why, kind);
             return result(early);
         }
         let stream = match self.launcher.start(&[], crate::wire::Codec::Frames) {
