@@ -461,3 +461,36 @@ fn a_host_slow_to_start_gets_a_grace_and_passes() {
         report["notes"]
     );
 }
+
+/// Nothing in the seed orders an extension's registrations, nor says how
+/// many go out at once: a host that registers its hook, then its command,
+/// then its tools, all at once or each after the last is answered, passes
+/// every case (issue 26, item 8: the handle cases took the first
+/// registration as the tool, and a one-at-a-time host ended exit 3).
+#[test]
+fn a_host_that_registers_in_another_order_passes_every_case() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture host needs it");
+        return;
+    }
+    let host =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cwx_host.py");
+    for variant in ["hook-first", "one-at-a-time"] {
+        let target = format!(
+            "exec:python3 {} --tier=plugin --variant {variant}",
+            host.display()
+        );
+        let (code, report, stderr) =
+            support::run_protocol_json("cwx", &target, &["--extension", TOY]);
+        assert_eq!(
+            code,
+            0,
+            "{variant}: {stderr}\n{}",
+            support::outcome_text(&report)
+        );
+        for outcome in ["fail", "warn", "error", "skip"] {
+            let got = support::outcome_ids(&report, outcome);
+            assert!(got.is_empty(), "{variant} {outcome}: {got:?}");
+        }
+    }
+}
