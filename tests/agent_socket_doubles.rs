@@ -104,68 +104,69 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     ("tilde-literal", &["sandbox/read-file/tilde"], &[]),
     ("spaced-json", &[], &["framing/compact"]),
-    ("string-id-as-int", &[], &["framing/string-id"]),
+    ("string-id-as-int", &["framing/string-id"], &[]),
     ("serial", &[], &["sandbox/execute/concurrent"]),
     ("serial-read", &[], &["sandbox/execute/concurrent"]),
-    // A wrong id fails every result (Vibe compares it) and warns every
-    // error (Vibe acts on an error whatever its id).
+    // A wrong id fails every reply: JSON-RPC's "It MUST be the same as the
+    // value of the id member in the Request Object" (README, "Levels").
     (
         "wrong-id",
         &[
-            "framing/handshake-envelope",
-            "framing/execute-envelope",
-            "framing/read-file-envelope",
-            "framing/tools-call-envelope",
-        ],
-        &[
             "framing/error-envelope",
+            "framing/execute-envelope",
+            "framing/handshake-envelope",
+            "framing/read-file-envelope",
             "framing/string-id",
+            "framing/tools-call-envelope",
             "robustness/array-params/survives",
         ],
+        &[],
     ),
-    ("error-id-null", &[], &["framing/error-envelope"]),
+    ("error-id-null", &["framing/error-envelope"], &[]),
     (
         "error-null-on-success",
-        &[],
         &[
-            "framing/handshake-envelope",
             "framing/execute-envelope",
+            "framing/handshake-envelope",
             "framing/read-file-envelope",
-            "framing/tools-call-envelope",
             "framing/string-id",
+            "framing/tools-call-envelope",
         ],
+        &[],
     ),
-    // Vibe reads "-32601" as -32601: every error reply of a case that
-    // reads it warns (as.jsonrpc.error-code).
+    // Vibe reads "-32601" as -32601, but JSON-RPC's "This MUST be an
+    // integer" makes every error reply of a case that reads it fail
+    // (as.jsonrpc.error-code, README "Levels").
     (
         "error-code-string",
-        &[],
         &[
             "framing/error-envelope",
-            "sandbox/execute/timeout",
-            "sandbox/execute/timeout-stops",
-            "sandbox/execute/timeout-data",
-            "robustness/unknown-method/error",
-            "robustness/unknown-method/code",
+            "robustness/array-params/survives",
             "robustness/invalid-params/execute",
             "robustness/invalid-params/read-file",
             "robustness/invalid-params/tools-call",
             "robustness/invalid-request/code",
             "robustness/malformed-line/parse-error",
-            "robustness/array-params/survives",
+            "robustness/unknown-method/code",
+            "robustness/unknown-method/error",
+            "sandbox/execute/timeout",
+            "sandbox/execute/timeout-data",
+            "sandbox/execute/timeout-stops",
         ],
+        &[],
     ),
     (
         "no-jsonrpc",
         &[
-            "framing/handshake-envelope",
             "framing/error-envelope",
             "framing/execute-envelope",
+            "framing/handshake-envelope",
             "framing/read-file-envelope",
+            "framing/string-id",
             "framing/tools-call-envelope",
             "robustness/array-params/survives",
         ],
-        &["framing/string-id", "robustness/malformed-line/parse-error"],
+        &["robustness/malformed-line/parse-error"],
     ),
     ("trailing-line", &[], &["framing/one-reply-line"]),
     (
@@ -189,8 +190,8 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "parse-error-scraped-id",
-        &[],
         &["robustness/malformed-line/parse-error"],
+        &[],
     ),
     ("socket-mode-0666", &["security/socket-mode"], &[]),
     (

@@ -1043,18 +1043,26 @@ impl CaseRun<'_> {
                     })
                     .await;
                 if self.role.first(kind, self.admitted_from).is_none() {
-                    let what = if kind == "any" { "registration" } else { kind };
+                    let what = if kind == "any" {
+                        "nothing"
+                    } else {
+                        &format!("no {kind}")
+                    };
                     self.s.ev.skip(
-                        format!("the extension registered no {what} that conform could admit"),
+                        format!("the extension registered {what} that conform could admit"),
                         SkipKind::Outside,
                     );
                 }
             }
             Own::CallHandle(kind) => {
                 let Some(a) = self.role.first(kind, self.admitted_from).cloned() else {
-                    let what = if kind == "any" { "registration" } else { kind };
+                    let what = if kind == "any" {
+                        "nothing"
+                    } else {
+                        &format!("no {kind}")
+                    };
                     self.s.ev.skip(
-                        format!("the extension registered no {what} that conform admitted"),
+                        format!("the extension registered {what} that conform admitted"),
                         SkipKind::Outside,
                     );
                     return;
