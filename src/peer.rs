@@ -351,6 +351,10 @@ pub trait PeerRole: crate::case::Dialect<Config: PeerScript> {
     type Peer: Served + 'static;
     /// The placeholder a target's command line names conform's peer by.
     const PLACEHOLDER: &'static str;
+    /// What conform's peer is, for the errors: the placeholder's word.
+    fn peer_name() -> &'static str {
+        Self::PLACEHOLDER.trim_matches(|c| c == '{' || c == '}')
+    }
     /// The role the target under test plays.
     const ROLE: crate::suite::Role;
     fn suite() -> &'static Suite {
@@ -368,6 +372,12 @@ pub trait PeerRole: crate::case::Dialect<Config: PeerScript> {
         started: Instant,
     ) -> impl Future<Output = Result<Observed<Self>, String>> + Send;
     fn evidence(case: &Case<Self>, events: &[Self::Event], end: Self::End) -> Evidence;
+    /// Whether the target reached conform's peer in a case: started it and
+    /// so left a record (a peer that writes first records its start; one
+    /// that only answers records the target's first line).
+    fn reached(events: &[Self::Event]) -> bool {
+        !events.is_empty()
+    }
     fn transcript(events: &[Self::Event], log: &str, started: Instant) -> Vec<TranscriptEntry>;
 }
 
@@ -428,20 +438,87 @@ pub async fn run<R: PeerRole>(
     }
     let exe = std::env::current_exe()
         .map_err(|e| RunError::Conform(format!("cannot find conform's own executable: {e}")))?;
-    let ctx = (options.target.clone(), exe, options.strict);
+    let reach = Arc::new(Reach::default());
+    let ctx = PeerRun {
+        target: options.target.clone(),
+        exe,
+        strict: options.strict,
+        reach: reach.clone(),
+    };
     let results = crate::runner::run_with(cases, options.jobs, ctx, run_nth::<R>, progress).await;
+    reach.verdict(suite.role.id(), R::peer_name(), results.len())?;
     Ok(suite.report(options, results, vec![]))
 }
 
-async fn run_nth<R: PeerRole>(
-    ctx: Arc<(Target, PathBuf, bool)>,
-    cases: Arc<Vec<Case<R>>>,
-    i: usize,
-) -> CaseResult {
-    let (target, exe, strict) = &*ctx;
+/// What every case of a peer role's run shares.
+struct PeerRun {
+    target: Target,
+    exe: PathBuf,
+    strict: bool,
+    reach: Arc<Reach>,
+}
+
+async fn run_nth<R: PeerRole>(ctx: Arc<PeerRun>, cases: Arc<Vec<Case<R>>>, i: usize) -> CaseResult {
     let started = Instant::now();
-    let observed = R::observe(&cases[i], target, exe, started).await;
-    graded(&cases[i], observed, *strict, started)
+    let observed = R::observe(&cases[i], &ctx.target, &ctx.exe, started).await;
+    match &observed {
+        Ok((events, _, log)) => ctx.reach.saw(R::reached(events), log),
+        Err(why) => ctx.reach.saw(false, why),
+    }
+    graded(&cases[i], observed, ctx.strict, started)
+}
+
+/// Whether the target under test reached conform's peer in any case of a
+/// run (DESIGN.md: a target that "cannot be spawned ... or exits without
+/// writing anything" could not be started, exit 2). A target that reached
+/// it once, even to write garbage, gets its report; one that never did in
+/// any case gets no vacuous one (a check that the peer was never asked
+/// something holds of a target that never ran).
+#[derive(Default)]
+pub struct Reach {
+    reached: AtomicBool,
+    /// What a target that did not reach the peer said (its stderr), kept
+    /// from the first such case that said anything.
+    said: Mutex<Option<String>>,
+}
+
+/// The most of a target's stderr the "could not be started" error quotes.
+const SAID_LIMIT: usize = 4096;
+
+impl Reach {
+    /// One case: whether the target reached the peer, and what it logged.
+    pub fn saw(&self, reached: bool, log: &str) {
+        if reached {
+            self.reached.store(true, Ordering::SeqCst);
+            return;
+        }
+        let text = log.trim();
+        if text.is_empty() {
+            return;
+        }
+        if let Ok(mut said) = self.said.lock()
+            && said.is_none()
+        {
+            *said = Some(crate::matcher::truncate(text, SAID_LIMIT));
+        }
+    }
+
+    /// After `cases` cases: the target "could not be started" when it
+    /// reached conform's `peer` in none of them. `role` is the role the
+    /// target plays.
+    pub fn verdict(&self, role: &str, peer: &str, cases: usize) -> Result<(), RunError> {
+        if cases == 0 || self.reached.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let said = self.said.lock().ok().and_then(|s| s.clone());
+        Err(RunError::Target(format!(
+            "the {role} could not be started: in none of the {cases} cases did it reach conform's {peer}{}",
+            match said {
+                Some(s) => format!("; its stderr:\n{s}"),
+                None => " (and it wrote nothing on stderr)".into(),
+            }
+        )))
+    }
 }
 
 /// What the target did in `case`, graded.

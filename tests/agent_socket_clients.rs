@@ -281,3 +281,42 @@ fn the_client_cases_list_and_every_client_must_has_a_case_or_says_why_not() {
         .collect();
     assert!(missing.is_empty(), "client MUSTs with no case: {missing:?}");
 }
+
+/// A client that never connects to conform's socket in any case could not
+/// be started (DESIGN.md, exit 2, with its stderr), not a graded report
+/// (issue 26, item 7: it was exit 1); one that connects and writes garbage
+/// gets its report.
+#[test]
+fn a_client_that_never_connects_could_not_be_started_and_one_that_writes_garbage_is_graded() {
+    let out = support::conform()
+        .args(["run", "--protocol", "agent-socket", "--role", "client"])
+        .args([
+            "--target",
+            "exec:/nonexistent/conform-client --socket {socket}",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("could not be started"), "{stderr}");
+    assert!(stderr.contains("/nonexistent/conform-client"), "{stderr}");
+    if !support::python_available() {
+        eprintln!("the garbage half skipped: python3 is not on PATH");
+        return;
+    }
+    let garbage = "exec:python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
+                   s.connect(sys.argv[1]); s.sendall(b\"garbage\\n\")' {socket}";
+    let out = support::conform()
+        .args(["run", "--protocol", "agent-socket", "--role", "client"])
+        .args(["--target", garbage, "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = support::report_from(&out.stdout);
+    assert!(!support::outcome_ids(&report, "fail").is_empty());
+}

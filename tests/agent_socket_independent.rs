@@ -171,6 +171,7 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
         &[
             "framing/error-envelope",
             "framing/handshake-envelope",
+            "framing/string-id",
             "handshake/sandbox-pair",
             "handshake/shape",
             "handshake/tool-declarations",
@@ -187,7 +188,6 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
         &[
             "framing/compact",
             "framing/one-reply-line",
-            "framing/string-id",
             "handshake/version-answer",
             "robustness/invalid-request/code",
             "robustness/malformed-line/parse-error",
@@ -200,6 +200,7 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
         &[
             "framing/error-envelope",
             "framing/handshake-envelope",
+            "framing/string-id",
             "handshake/sandbox-pair",
             "handshake/shape",
             "handshake/tool-declarations",
@@ -216,7 +217,6 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
         &[
             "framing/compact",
             "framing/one-reply-line",
-            "framing/string-id",
             "handshake/version-answer",
             "robustness/invalid-request/code",
             "robustness/malformed-line/parse-error",
@@ -235,7 +235,7 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
         "request-needs-eof",
         Caught::Failed,
         &["handshake/version"],
-        &["handshake/version-answer"],
+        &[],
     ),
     (
         "close-without-reply",
@@ -306,9 +306,9 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
     ),
     (
         "parse-error-with-id",
-        Caught::Warned,
-        &[],
+        Caught::Failed,
         &["robustness/malformed-line/parse-error"],
+        &[],
     ),
     (
         "parse-error-code",
@@ -340,14 +340,13 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
     ),
     (
         "error-id-null",
-        Caught::Warned,
-        &[],
+        Caught::Failed,
         &["framing/error-envelope"],
+        &[],
     ),
     (
         "error-null-on-success",
-        Caught::Warned,
-        &[],
+        Caught::Failed,
         &[
             "framing/execute-envelope",
             "framing/handshake-envelope",
@@ -355,20 +354,10 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
             "framing/string-id",
             "framing/tools-call-envelope",
         ],
+        &[],
     ),
     (
         "id-as-string",
-        Caught::Failed,
-        &[
-            "framing/execute-envelope",
-            "framing/handshake-envelope",
-            "framing/read-file-envelope",
-            "framing/tools-call-envelope",
-        ],
-        &["framing/error-envelope", "robustness/array-params/survives"],
-    ),
-    (
-        "jsonrpc-missing",
         Caught::Failed,
         &[
             "framing/error-envelope",
@@ -378,7 +367,21 @@ const EXPECTED: &[(&str, Caught, &[&str], &[&str])] = &[
             "framing/tools-call-envelope",
             "robustness/array-params/survives",
         ],
-        &["framing/string-id", "robustness/malformed-line/parse-error"],
+        &[],
+    ),
+    (
+        "jsonrpc-missing",
+        Caught::Failed,
+        &[
+            "framing/error-envelope",
+            "framing/execute-envelope",
+            "framing/handshake-envelope",
+            "framing/read-file-envelope",
+            "framing/string-id",
+            "framing/tools-call-envelope",
+            "robustness/array-params/survives",
+        ],
+        &["robustness/malformed-line/parse-error"],
     ),
     (
         "error-message-missing",

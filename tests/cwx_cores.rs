@@ -229,3 +229,62 @@ fn every_core_must_has_a_case() {
         .collect();
     assert!(missing.is_empty(), "core MUSTs with no case: {missing:?}");
 }
+
+/// `conform run` with `args` (after `run`): its exit status, stdout, stderr.
+fn run_raw(args: &[&str]) -> (i32, String, String) {
+    let out = support::conform().arg("run").args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A peer under test that never starts conform's peer in any case could
+/// not be started (DESIGN.md, exit 2, with its stderr), not a graded report
+/// of checks that hold of a process that never ran (issue 26, item 7: the
+/// cwx core scored 3 PASS and exit 1, the ACP client exit 3). The rule is
+/// `peer::run`'s, shared by both roles.
+#[test]
+fn a_core_or_client_that_never_starts_conforms_peer_could_not_be_started() {
+    for (protocol, role, target) in [
+        (
+            "cwx",
+            "core",
+            "exec:/nonexistent/conform-core --host {host}",
+        ),
+        ("acp", "client", "exec:/nonexistent/conform-client {agent}"),
+    ] {
+        let (code, stdout, stderr) =
+            run_raw(&["--protocol", protocol, "--role", role, "--target", target]);
+        assert_eq!(code, 2, "{protocol}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains("could not be started"),
+            "{protocol}: {stderr}"
+        );
+        // Its stderr, as the shell said it.
+        assert!(
+            stderr.contains("/nonexistent/conform-"),
+            "{protocol}: {stderr}"
+        );
+    }
+}
+
+/// One that starts the peer and writes garbage reached it: it gets a
+/// report, in which the garbage fails (exit 1).
+#[test]
+fn a_core_that_writes_garbage_to_conforms_host_gets_a_report() {
+    let (code, stdout, stderr) = run_raw(&[
+        "--protocol",
+        "cwx",
+        "--role",
+        "core",
+        "--target",
+        "exec:printf garbage | {host}",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    let report = support::report_from(stdout.as_bytes());
+    assert!(!support::outcome_ids(&report, "fail").is_empty());
+}

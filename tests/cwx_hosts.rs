@@ -397,3 +397,100 @@ fn every_broken_host_fails_exactly_its_cases_and_the_fixture_passes_on_both_tier
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
+
+/// A host that writes nothing at all, though it keeps running: the set-up
+/// got nothing, which `cwx/handshake/hello` reports once; every other case
+/// ends at once naming it (issue 26, item 6), not at its own bound.
+#[test]
+fn a_host_that_writes_nothing_fails_the_hello_case_once_and_ends_the_rest() {
+    let (code, report, stderr) =
+        support::run_protocol_json("cwx", "exec:sleep 600", &["--startup-timeout", "1"]);
+    assert_eq!(code, 1, "{stderr}\n{}", support::outcome_text(&report));
+    assert_eq!(
+        support::outcome_ids(&report, "fail"),
+        BTreeSet::from(["cwx/handshake/hello".to_owned()])
+    );
+    let cases = report["cases"].as_array().unwrap();
+    for c in cases.iter().filter(|c| c["id"] != "cwx/handshake/hello") {
+        assert_eq!(c["outcome"], "skip", "{c}");
+    }
+    // The cases that apply to this run stand on the hello case.
+    let named = cases
+        .iter()
+        .filter(|c| {
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("cwx/handshake/hello reports it")
+        })
+        .count();
+    assert!(named > 20, "{}", support::outcome_text(&report));
+}
+
+/// A host slow to start (it writes its hello 2.5 s after each start, past
+/// the start-up bound of 2 s) is slow, not silent: the probe's grace hears
+/// it, and each case waits for its hello as long as it showed it needs.
+#[test]
+fn a_host_slow_to_start_gets_a_grace_and_passes() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture host needs it");
+        return;
+    }
+    let host =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cwx_host.py");
+    let target = format!(
+        "exec:sleep 2.5; exec python3 {} --tier=plugin",
+        host.display()
+    );
+    let (code, report, stderr) = support::run_protocol_json(
+        "cwx",
+        &target,
+        &[
+            "--startup-timeout",
+            "2",
+            "--filter",
+            "cwx/handshake,cwx/ping",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}\n{}", support::outcome_text(&report));
+    assert!(
+        report["notes"].as_array().is_some_and(|n| n
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("slow to start"))),
+        "{}",
+        report["notes"]
+    );
+}
+
+/// Nothing in the seed orders an extension's registrations, nor says how
+/// many go out at once: a host that registers its hook, then its command,
+/// then its tools, all at once or each after the last is answered, passes
+/// every case (issue 26, item 8: the handle cases took the first
+/// registration as the tool, and a one-at-a-time host ended exit 3).
+#[test]
+fn a_host_that_registers_in_another_order_passes_every_case() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture host needs it");
+        return;
+    }
+    let host =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cwx_host.py");
+    for variant in ["hook-first", "one-at-a-time"] {
+        let target = format!(
+            "exec:python3 {} --tier=plugin --variant {variant}",
+            host.display()
+        );
+        let (code, report, stderr) =
+            support::run_protocol_json("cwx", &target, &["--extension", TOY]);
+        assert_eq!(
+            code,
+            0,
+            "{variant}: {stderr}\n{}",
+            support::outcome_text(&report)
+        );
+        for outcome in ["fail", "warn", "error", "skip"] {
+            let got = support::outcome_ids(&report, outcome);
+            assert!(got.is_empty(), "{variant} {outcome}: {got:?}");
+        }
+    }
+}

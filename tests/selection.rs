@@ -123,9 +123,11 @@ fn run_targets_with_baseline(
     )
 }
 
-/// The cases the `wrong-id` fixture fails among the framing cases (its
-/// error replies only warn: Vibe acts on an error whatever its id).
+/// The cases the `wrong-id` fixture fails among the framing cases (every
+/// reply: JSON-RPC's id MUST, README "Levels").
 const WRONG_ID_FAILS: &[&str] = &[
+    "agent-socket/framing/error-envelope",
+    "agent-socket/framing/string-id",
     "agent-socket/framing/handshake-envelope",
     "agent-socket/framing/execute-envelope",
     "agent-socket/framing/read-file-envelope",
@@ -195,7 +197,7 @@ fn a_baseline_naming_no_case_or_without_a_reason_is_a_usage_error() {
         json!([{"id": "agent-socket/framing/compact"}]),
         json!([{"requirement": "as.no-such-requirement", "reason": "typo"}]),
         // A SHOULD cannot leave a run incomplete: nothing to waive.
-        json!([{"requirement": "as.jsonrpc.string-id", "reason": "not a MUST"}]),
+        json!([{"requirement": "as.framing.compact", "reason": "not a MUST"}]),
         json!([{"id": "agent-socket/framing/compact", "requirement": "as.init.version",
             "reason": "one or the other"}]),
     ] {
@@ -485,23 +487,19 @@ fn a_baseline_entry_can_name_its_target_in_a_matrix() {
         .iter()
         .map(|id| json!({"id": id, "reason": "off by one", "target": broken}))
         .collect();
-    let string_id =
-        json!({"id": "agent-socket/framing/string-id", "reason": "x", "target": broken});
-    let mut listed = for_broken.clone();
-    listed.push(string_id);
+    let listed = for_broken.clone();
     // Waived on the broken target only: the matrix passes.
     let (code, m, stderr) =
         run_targets_with_baseline(&targets, "agent-socket/framing/", json!(listed));
     assert_eq!(code, Some(0), "{stderr}\n{m:#}");
-    // The four envelope cases fail; string-id only warns (a SHOULD case:
-    // Vibe never sends a string id), so its entry waives nothing.
-    assert_eq!(m["runs"][1]["summary"]["waived"], 4);
+    // Every case the wrong id fails is waived.
+    assert_eq!(m["runs"][1]["summary"]["waived"], WRONG_ID_FAILS.len());
     assert_eq!(m["runs"][0]["summary"].get("stale"), None);
     // The same entries for every target: the builtin passes them, stale.
     let (code, m, _) =
         run_targets_with_baseline(&targets, "agent-socket/framing/", entries(WRONG_ID_FAILS));
     assert_eq!(code, Some(1));
-    assert_eq!(m["runs"][0]["summary"]["stale"], 4);
+    assert_eq!(m["runs"][0]["summary"]["stale"], WRONG_ID_FAILS.len());
     // A target the run does not test is a usage error.
     let (code, _, stderr) = run_targets_with_baseline(
         &targets,

@@ -53,7 +53,19 @@ pub struct Declared {
     pub handshake_failed: Option<String>,
     /// The server declared no sandbox (workspace and python null).
     pub sandbox_declared_none: bool,
+    /// The set-up got nothing at all: no byte on the handshake's connection
+    /// nor on the liveness probe's, within the set-up bound. Every case
+    /// that needs the server to answer stands on that, so one case
+    /// ([`SETUP_CASE`]) reports it and the others end at once.
+    pub silent: Option<String>,
+    /// How long the handshake's answer took, when it came after the
+    /// start-up bound (within the grace): the server is slow, not silent.
+    pub slow: Option<Duration>,
 }
+
+/// The case that reports a set-up that got nothing: it checks the
+/// handshake and its bound.
+pub const SETUP_CASE: &str = "agent-socket/handshake/version";
 
 /// A server under test, reached through `connector`.
 pub struct Session {
@@ -62,6 +74,12 @@ pub struct Session {
     pub exit: Option<watch::Receiver<Option<ExitStatus>>>,
     pub strict: bool,
     pub declared: Declared,
+    /// conform's start-up bound: the handshake's answer is awaited this
+    /// long, then as long again as a grace, while a second connection asks
+    /// again (a liveness probe); never longer than Vibe's own bound.
+    pub startup: Duration,
+    /// The ids of the cases the run selected.
+    pub selected: std::collections::BTreeSet<String>,
     next_id: AtomicI64,
     next_uniq: AtomicI64,
 }
@@ -77,6 +95,9 @@ impl Session {
             exit,
             strict,
             declared: Declared::default(),
+            // Half of Vibe's own handshake bound: with the grace, the whole of it.
+            startup: Duration::from_secs_f64(table::REQUEST_TIMEOUT_SECONDS / 2.0),
+            selected: Default::default(),
             // Vibe's ids count from 1 for the life of the process.
             next_id: AtomicI64::new(1),
             next_uniq: AtomicI64::new(1),
@@ -112,9 +133,6 @@ impl Session {
     /// The handshake that tells conform which halves the server serves. Its
     /// own grading is left to the handshake cases.
     pub async fn handshake(&mut self) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = request_line(&json!(id), "agent/initialize", &initialize_params(), false);
-        let deadline = Instant::now() + Duration::from_secs_f64(table::REQUEST_TIMEOUT_SECONDS);
         let mut d = Declared {
             tool_timeout: table::CLIENT_TOOL_TIMEOUT_SECONDS,
             ..Declared::default()
@@ -128,19 +146,9 @@ impl Session {
             "bulk64k",
             json!("x".repeat(table::HELPER_REQUEST_CHUNK_BYTES)),
         );
-        let outcome = match self.connector.connect(CONNECT_WITHIN).await {
-            Ok(mut stream) => match unix::write_all(&mut stream, &line, deadline).await {
-                Ok(()) => unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await,
-                Err(e) => ReadOutcome::Failed {
-                    error: e.to_string(),
-                    partial: Held::unmetered(Vec::new()),
-                },
-            },
-            Err(e) => ReadOutcome::Failed {
-                error: format!("cannot connect: {e}"),
-                partial: Held::unmetered(Vec::new()),
-            },
-        };
+        let (outcome, waited, slow) = self.first_exchange().await;
+        d.slow = slow;
+        let bound = waited.as_secs_f64();
         let result = match &outcome {
             ReadOutcome::Line { line, .. } => match jsonrpc::too_many_values(line) {
                 Some(why) => Err(format!("the reply is {why}")),
@@ -156,8 +164,17 @@ impl Session {
                     Err(e) => Err(e.to_string()),
                 },
             },
-            other => Err(describe_failed_read(other, table::REQUEST_TIMEOUT_SECONDS)),
+            other => Err(describe_failed_read(other, bound)),
         };
+        if let ReadOutcome::TimedOut { partial } = &outcome
+            && partial.is_empty()
+        {
+            d.silent = Some(format!(
+                "set-up: the server answered no agent/initialize within {bound:.0}s (conform's start-up bound of {:.0}s, then as long again while a second connection asked again): nothing came on either connection{}",
+                self.startup.as_secs_f64(),
+                self.target_note()
+            ));
+        }
         match result {
             Err(why) => {
                 d.sandbox_unusable = Some(format!("the handshake failed: {why}"));
@@ -200,6 +217,80 @@ impl Session {
             }
         }
         self.declared = d;
+    }
+
+    /// The handshake's exchange, with patience: its answer is awaited for
+    /// the start-up bound; a server that has not answered by then gets as
+    /// long again (never past Vibe's own handshake bound), while a second
+    /// connection asks again, so a server that serves connections one at a
+    /// time, or lost the first, still shows it is alive. The first outcome
+    /// that is more than silence wins. Also how long conform waited in all.
+    async fn first_exchange(&self) -> (ReadOutcome, Duration, Option<Duration>) {
+        let start = Instant::now();
+        let vibe = Duration::from_secs_f64(table::REQUEST_TIMEOUT_SECONDS);
+        let bound = (self.startup * 2).min(vibe);
+        let deadline = start + bound;
+        let patience = start + self.startup.min(bound);
+        let first = self.exchange(deadline);
+        tokio::pin!(first);
+        let early = tokio::select! {
+            o = &mut first => Some(o),
+            _ = tokio::time::sleep_until(patience) => None,
+        };
+        let mut slow = None;
+        let outcome = match early {
+            Some(o) => o,
+            None => {
+                let second = self.exchange(deadline);
+                tokio::pin!(second);
+                let (mut a, mut b) = (None, None);
+                loop {
+                    tokio::select! {
+                        o = &mut first, if a.is_none() => a = Some(o),
+                        o = &mut second, if b.is_none() => b = Some(o),
+                    }
+                    let heard = |o: &Option<ReadOutcome>| o.as_ref().is_some_and(|o| !silent(o));
+                    if heard(&a) || heard(&b) || (a.is_some() && b.is_some()) {
+                        break;
+                    }
+                }
+                let outcome = match (a, b) {
+                    (Some(a), _) if !silent(&a) => a,
+                    (_, Some(b)) if !silent(&b) => b,
+                    (Some(a), _) => a,
+                    (None, Some(b)) => b,
+                    (None, None) => unreachable!("the loop ends with an outcome"),
+                };
+                if !silent(&outcome) {
+                    slow = Some(start.elapsed());
+                }
+                outcome
+            }
+        };
+        (outcome, bound, slow)
+    }
+
+    /// One `agent/initialize` on a connection of its own, read until `deadline`.
+    fn exchange(&self, deadline: Instant) -> impl std::future::Future<Output = ReadOutcome> + '_ {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = request_line(&json!(id), "agent/initialize", &initialize_params(), false);
+        async move {
+            match self.connector.connect(CONNECT_WITHIN).await {
+                Ok(mut stream) => match unix::write_all(&mut stream, &line, deadline).await {
+                    Ok(()) => {
+                        unix::read_line(&mut stream, table::REPLY_LIMIT_BYTES, deadline).await
+                    }
+                    Err(e) => ReadOutcome::Failed {
+                        error: e.to_string(),
+                        partial: Held::unmetered(Vec::new()),
+                    },
+                },
+                Err(e) => ReadOutcome::Failed {
+                    error: format!("cannot connect: {e}"),
+                    partial: Held::unmetered(Vec::new()),
+                },
+            }
+        }
     }
 
     /// Why a case does not apply to this server, if it does not: a sandbox
@@ -266,7 +357,24 @@ impl Session {
             run.vars
                 .set("scratch", json!(format!("{ws}/.conform-{uniq}")));
         }
-        if let Some((why, kind)) = self.skip_reason(&case.needs) {
+        if let Some(why) = self
+            .declared
+            .silent
+            .as_ref()
+            .filter(|_| needs_answers(case))
+        {
+            // The set-up got nothing: one case says so, the others stand on it.
+            if case.id != SETUP_CASE && self.selected.contains(SETUP_CASE) {
+                run.ev.skip(
+                    format!(
+                        "{why}; {SETUP_CASE} reports it, so this case is not failed for it again"
+                    ),
+                    SkipKind::Outside,
+                );
+            } else {
+                run.ev.fail(Kind::Missing, why.clone());
+            }
+        } else if let Some((why, kind)) = self.skip_reason(&case.needs) {
             run.ev.skip(why, kind);
         } else {
             let rounds: Vec<Option<&DeclaredTool>> = match case.for_each {
@@ -319,6 +427,22 @@ impl Session {
             std::mem::take(&mut *run.transcript.lock().unwrap_or_else(|e| e.into_inner()));
         CaseResult::graded(case, run.ev, self.strict, started, transcript)
     }
+}
+
+/// Nothing at all came before the deadline.
+fn silent(outcome: &ReadOutcome) -> bool {
+    matches!(outcome, ReadOutcome::TimedOut { partial } if partial.is_empty())
+}
+
+/// Whether a case needs the server to answer: any step but the socket's
+/// mode and the passing of time.
+fn needs_answers(case: &Case<super::ServerCases>) -> bool {
+    case.steps.iter().any(|s| {
+        !matches!(
+            s.action,
+            Action::Own(super::steps::Own::SocketMode) | Action::Quiet(_)
+        )
+    })
 }
 
 /// The ids a reply to raw request bytes may carry besides null: one for
@@ -1500,11 +1624,82 @@ mod tests {
         assert_eq!(r.findings[0].requirement, None);
     }
 
+    /// A server in memory that answers the handshake's connection and
+    /// nothing after it.
+    fn answering_once() -> Connector {
+        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        Connector::Memory(Arc::new(move |mut stream| {
+            let first = !served.swap(true, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let far = Instant::now() + Duration::from_secs(3600);
+                let _ = unix::read_line(&mut stream, 1 << 20, far).await;
+                if first {
+                    let reply = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":2,\"workspace\":null,\"python\":null,\"tools\":[],\"instructions\":null}}\n";
+                    let _ = stream.write_all(reply.as_bytes()).await;
+                }
+                tokio::time::sleep_until(far).await;
+            });
+        }))
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_server_that_never_replies_is_missing_its_reply_at_the_deadline() {
-        let r = run(answering(None), INITIALIZE).await;
+    async fn a_server_that_stops_replying_is_missing_its_reply_at_the_deadline() {
+        let r = run(answering_once(), INITIALIZE).await;
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
         assert_eq!(r.findings[0].kind, Kind::Missing);
         assert!(r.message.contains("no reply within 5s"), "{}", r.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_replies_fails_the_set_up_once_and_the_rest_stand_on_it() {
+        let mut session = Session::new(answering(None), None, false);
+        session.startup = Duration::from_secs(10);
+        session.selected = [SETUP_CASE.to_owned(), "t/init".to_owned()].into();
+        let began = Instant::now();
+        session.handshake().await;
+        // The start-up bound, then as long again: not Vibe's 60 s.
+        assert_eq!(began.elapsed().as_secs(), 20);
+        let why = session
+            .declared
+            .silent
+            .clone()
+            .expect("the set-up got nothing");
+        assert!(why.contains("within 20s"), "{why}");
+        let case = crate::case::parse_cases::<super::super::ServerCases>("test", INITIALIZE)
+            .unwrap()
+            .remove(0);
+        let r = session.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
+        assert!(
+            r.message
+                .contains("agent-socket/handshake/version reports it"),
+            "{}",
+            r.message
+        );
+        // Without the set-up case in the run, the case fails on it itself.
+        session.selected.clear();
+        let r = session.run_case(&case).await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        assert_eq!(r.findings[0].kind, Kind::Missing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_answers_in_the_grace_is_slow_not_silent() {
+        let connector = Connector::Memory(Arc::new(move |mut stream| {
+            tokio::spawn(async move {
+                let far = Instant::now() + Duration::from_secs(3600);
+                let _ = unix::read_line(&mut stream, 1 << 20, far).await;
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                let reply = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":2,\"workspace\":null,\"python\":null,\"tools\":[],\"instructions\":null}}\n";
+                let _ = stream.write_all(reply.as_bytes()).await;
+                tokio::time::sleep_until(far).await;
+            });
+        }));
+        let mut session = Session::new(connector, None, false);
+        session.startup = Duration::from_secs(10);
+        session.handshake().await;
+        assert_eq!(session.declared.silent, None);
+        assert_eq!(session.declared.handshake_failed, None);
+        assert_eq!(session.declared.slow.map(|d| d.as_secs()), Some(15));
     }
 }

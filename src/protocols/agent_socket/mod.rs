@@ -301,10 +301,19 @@ pub async fn run(
         exit,
         options.strict,
     );
+    session.startup = options.startup_timeout;
+    session.selected = cases.iter().map(|c| c.id.clone()).collect();
     session.handshake().await;
     let mut notes = Vec::new();
     if let Some(why) = &session.declared.handshake_failed {
         notes.push(format!("the handshake failed: {why}"));
+    }
+    if let Some(t) = session.declared.slow {
+        notes.push(format!(
+            "the server is slow: it answered conform's first agent/initialize only after {:.1}s, past the start-up bound of {:.0}s (--startup-timeout)",
+            t.as_secs_f64(),
+            options.startup_timeout.as_secs_f64()
+        ));
     }
     let results = runner::run_with(cases, options.jobs, session, run_nth, progress).await;
     stop(&mut started, &mut notes, true).await;

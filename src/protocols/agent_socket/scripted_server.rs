@@ -10,7 +10,7 @@ use crate::error::RunError;
 use crate::evidence::Evidence;
 use crate::matcher::shell_quote;
 use crate::outcome::{CaseResult, Direction, RunReport, Transcript, TranscriptEntry};
-use crate::peer::PeerScript;
+use crate::peer::{PeerScript, Reach};
 use crate::runner;
 use crate::target::Target;
 use crate::transport::process::{self, Stdio3};
@@ -39,12 +39,15 @@ pub async fn run(
             "--role client tests a client conform starts: --target builtin or exec:<command line> with {socket}".into(),
         ));
     }
+    let reach = Arc::new(Reach::default());
     let ctx = (
         options.target.clone(),
         reference::find_python(),
         options.strict,
+        reach.clone(),
     );
     let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
+    reach.verdict("client", "socket", results.len())?;
     Ok(super::CLIENT.report(options, results, vec![]))
 }
 
@@ -56,6 +59,8 @@ struct Record {
     events: Arc<std::sync::atomic::AtomicU64>,
     exchanges: Arc<Mutex<Vec<Exchange>>>,
     transcript: Arc<Mutex<Transcript>>,
+    /// What the client said of itself, last.
+    said: Arc<Mutex<String>>,
 }
 
 impl Record {
@@ -75,7 +80,14 @@ impl Record {
 
     /// What the client said of itself (its stderr, the reference's log).
     fn log_client(&self, text: &str) {
+        if let Ok(mut said) = self.said.lock() {
+            text.trim_start_matches("stderr:\n").clone_into(&mut said);
+        }
         self.log_as("client".into(), Direction::Event, text.as_bytes());
+    }
+
+    fn said(&self) -> String {
+        self.said.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     fn log_as(&self, conn: String, dir: Direction, bytes: &[u8]) {
@@ -90,6 +102,7 @@ impl Record {
             events: Arc::default(),
             exchanges: Arc::default(),
             transcript: Arc::new(Mutex::new(Transcript::new(started))),
+            said: Arc::default(),
         }
     }
 
@@ -150,23 +163,19 @@ fn graded(
 }
 
 async fn run_nth(
-    ctx: Arc<(Target, String, bool)>,
+    ctx: Arc<(Target, String, bool, Arc<Reach>)>,
     cases: Arc<Vec<Case<super::ClientCases>>>,
     i: usize,
 ) -> CaseResult {
-    let (target, python, strict) = &*ctx;
-    run_case(&cases[i], target, python, *strict).await
-}
-
-async fn run_case(
-    case: &Case<super::ClientCases>,
-    target: &Target,
-    python: &str,
-    strict: bool,
-) -> CaseResult {
+    let (target, python, strict, reach) = &*ctx;
     let record = Record::new(Instant::now());
-    let observed = observe(case, target, python, &record).await;
-    graded(case, observed, &record, strict)
+    let observed = observe(&cases[i], target, python, &record).await;
+    // The client reached conform's server when it connected at all.
+    match &observed {
+        Ok((_, obs)) => reach.saw(!obs.exchanges.is_empty(), &record.said()),
+        Err(why) => reach.saw(false, why),
+    }
+    graded(&cases[i], observed, &record, *strict)
 }
 
 /// Runs `client` in this process against the case's scripted server over

@@ -103,6 +103,9 @@ pub struct Context {
     pub startup: Duration,
 }
 
+/// The case that reports a host that writes nothing: host/hello comes first.
+pub const SETUP_CASE: &str = "cwx/handshake/hello";
+
 /// The limits conform sends in `host/initialize`: the core's own, unless
 /// the case lowers one.
 pub(crate) fn initialize_params(limits: &Limits) -> Value {
@@ -600,6 +603,14 @@ impl CoreRole {
                 self.held.push((id.clone(), params.clone()));
                 None
             }
+            Register::HoldAfterFirst => {
+                if self.admitted.is_empty() {
+                    Some(self.admit(id, params))
+                } else {
+                    self.held.push((id.clone(), params.clone()));
+                    None
+                }
+            }
             Register::HoldAfterFirstTool => {
                 if kind == "tool" && !self.admitted.iter().any(|a| a.kind == "tool") {
                     Some(self.admit(id, params))
@@ -625,9 +636,13 @@ impl CoreRole {
             .collect()
     }
 
-    /// The first handle of `kind` admitted.
-    fn first(&self, kind: &str) -> Option<&Admitted> {
-        self.admitted.iter().find(|a| a.kind == kind)
+    /// The first handle of `kind` (`any`: of any kind) admitted since `from`.
+    fn first(&self, kind: &str, from: usize) -> Option<&Admitted> {
+        self.admitted
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .find(|a| kind == "any" || a.kind == kind)
     }
 }
 
@@ -662,24 +677,55 @@ struct CaseRun<'a> {
 }
 
 impl Context {
+    /// Why `case` does not apply to this run, if it does not.
+    pub fn skip_reason(&self, case: &Case<super::HostCases>) -> Option<(&'static str, SkipKind)> {
+        if case.needs.contains(&Need::Extension) && self.extension.is_none() {
+            return Some((
+                "no extension to activate: give one with --extension PATH#SHA256",
+                SkipKind::Outside,
+            ));
+        }
+        // The tier is the host's declaration: not applicable.
+        if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
+            return Some(("the case is for a builtin-tier host", SkipKind::Declared));
+        }
+        if case.needs.contains(&Need::PluginTier) && self.tier != Tier::Plugin {
+            return Some(("the case is for a plugin-tier host", SkipKind::Declared));
+        }
+        None
+    }
+
+    /// A case of a run whose set-up got nothing (the host wrote nothing at
+    /// all, `why`): every case waits for the host's first frame, so
+    /// [`SETUP_CASE`] reports it, once, and the others end at once naming
+    /// it (when the run did not select it, each case fails on it).
+    pub fn stands_on_silence(
+        &self,
+        case: &Case<super::HostCases>,
+        why: &str,
+        selected: &BTreeSet<String>,
+    ) -> CaseResult {
+        let started = Instant::now();
+        let mut ev = Evidence::default();
+        if let Some((reason, kind)) = self.skip_reason(case) {
+            ev.skip(reason, kind);
+        } else if case.id != SETUP_CASE && selected.contains(SETUP_CASE) {
+            ev.skip(
+                format!("{why}; {SETUP_CASE} reports it, so this case is not failed for it again"),
+                SkipKind::Outside,
+            );
+        } else {
+            ev.fail(Kind::Missing, why.to_owned());
+        }
+        CaseResult::graded(case, ev, self.strict, started, vec![])
+    }
+
     pub async fn run_case(&self, case: &Case<super::HostCases>) -> CaseResult {
         let started = Instant::now();
         let mut early = Evidence::default();
         let result = |ev| CaseResult::graded(case, ev, self.strict, started, vec![]);
-        if case.needs.contains(&Need::Extension) && self.extension.is_none() {
-            early.skip(
-                "no extension to activate: give one with --extension PATH#SHA256",
-                SkipKind::Outside,
-            );
-            return result(early);
-        }
-        // The tier is the host's declaration: not applicable.
-        if case.needs.contains(&Need::BuiltinTier) && self.tier != Tier::Builtin {
-            early.skip("the case is for a builtin-tier host", SkipKind::Declared);
-            return result(early);
-        }
-        if case.needs.contains(&Need::PluginTier) && self.tier != Tier::Plugin {
-            early.skip("the case is for a plugin-tier host", SkipKind::Declared);
+        if let Some((why, kind)) = self.skip_reason(case) {
+            early.skip(why, kind);
             return result(early);
         }
         let stream = match self.launcher.start(&[], crate::wire::Codec::Frames) {
@@ -742,12 +788,38 @@ impl CaseRun<'_> {
 
     /// The first handle of each kind the latest activation admitted, as the
     /// variables `tool_handle`, `command_handle`, `hook_handle`.
+    /// And every handle by kind and name, as `handles.<kind>.<name>`.
     fn sync_handles(&mut self) {
         let from = self.admitted_from.min(self.role.admitted.len());
+        let mut by_name = json!({"tool": {}, "command": {}, "hook": {}});
+        for a in &self.role.admitted[from..] {
+            if let Some(names) = by_name.get_mut(&a.kind).and_then(Value::as_object_mut) {
+                names.entry(a.name.clone()).or_insert(json!(a.handle));
+            }
+        }
+        self.s.vars.set("handles", by_name);
         for kind in ["tool", "command", "hook"] {
-            if let Some(a) = self.role.admitted[from..].iter().find(|a| a.kind == kind) {
+            if let Some(a) = self.role.first(kind, from) {
                 self.s.vars.set(format!("{kind}_handle"), json!(a.handle));
             }
+        }
+    }
+
+    /// A step's params naming a handle by a name the extension did not
+    /// register (`${handles.tool.echo}`): the case is not applicable to
+    /// this extension, which says so; true when so.
+    fn names_no_handle(&mut self, v: &Value) -> bool {
+        match matcher::expand(v, &self.s.vars) {
+            Err(matcher::TemplateError(name)) if name.starts_with("handles.") => {
+                let mut parts = name.splitn(3, '.').skip(1);
+                let (kind, handle) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                self.s.ev.skip(
+                    format!("the extension registered no {kind} named `{handle}`"),
+                    SkipKind::Outside,
+                );
+                true
+            }
+            _ => false,
         }
     }
 
@@ -847,6 +919,9 @@ impl CaseRun<'_> {
                 self.s.write_raw(&bytes, &step.pauses).await;
             }
             Action::Send(send) => {
+                if self.names_no_handle(&send.params) {
+                    return;
+                }
                 let Some(params) = self.s.expand(&send.params) else {
                     return;
                 };
@@ -960,15 +1035,47 @@ impl CaseRun<'_> {
                 let k = kind.clone();
                 self.s
                     .pump(&mut self.role, Instant::now() + within, &|s| {
-                        s.watch.admitted.contains(&k)
+                        if k == "any" {
+                            !s.watch.admitted.is_empty()
+                        } else {
+                            s.watch.admitted.contains(&k)
+                        }
                     })
                     .await;
-                if self.role.first(kind).is_none() {
+                if self.role.first(kind, self.admitted_from).is_none() {
+                    let what = if kind == "any" {
+                        "nothing"
+                    } else {
+                        &format!("no {kind}")
+                    };
                     self.s.ev.skip(
-                        format!("the extension registered no {kind} that conform could admit"),
+                        format!("the extension registered {what} that conform could admit"),
                         SkipKind::Outside,
                     );
                 }
+            }
+            Own::CallHandle(kind) => {
+                let Some(a) = self.role.first(kind, self.admitted_from).cloned() else {
+                    let what = if kind == "any" {
+                        "nothing"
+                    } else {
+                        &format!("no {kind}")
+                    };
+                    self.s.ev.skip(
+                        format!("the extension registered {what} that conform admitted"),
+                        SkipKind::Outside,
+                    );
+                    return;
+                };
+                let (method, params) = call_of(&a);
+                let Some(key) = self.s.request(method, params).await else {
+                    return;
+                };
+                self.s.ev.observe(format!(
+                    "{method} on the {} `{}` (handle {})",
+                    a.kind, a.name, a.handle
+                ));
+                self.judge_answer(step, &key, method).await;
             }
             Own::Absent(method) => {
                 if self.s.watch.saw(method).is_some() {
@@ -1246,6 +1353,28 @@ impl CaseRun<'_> {
             }
         }
         self.s.conclude(method, &answer, found);
+    }
+}
+
+/// The call of an admitted handle by its kind's method, with the least
+/// params its type takes.
+fn call_of(a: &Admitted) -> (&'static str, Value) {
+    match a.kind.as_str() {
+        "command" => (
+            "command/run",
+            json!({"handle": a.handle, "command_id": "conform-call", "raw_input": "", "deadline_ms": 5000}),
+        ),
+        "hook" => (
+            "hook/evaluate",
+            json!({"handle": a.handle, "event": "pre_tool", "deadline_ms": 5000,
+                "payload": {"name": "bash", "call_id": "conform-call", "input": {},
+                    "mode": "ask", "workspace": "/tmp", "model": "conform"}}),
+        ),
+        _ => (
+            "tool/call",
+            json!({"handle": a.handle, "call_id": "conform-call",
+                "input": input_for(a.schema.as_ref(), super::steps::SWEEP_TEXT, 1), "deadline_ms": 5000}),
+        ),
     }
 }
 

@@ -83,16 +83,33 @@ fn serve_reference(options: suite::ReferenceOptions) -> BoxFuture<'static, Resul
     })
 }
 
+/// What the start-up probe heard of the host.
+struct Heard {
+    /// How long its first frame took, when one came.
+    first: Option<Duration>,
+    /// Why the set-up cannot stand: nothing came within the start-up bound
+    /// and the grace after it, though the host kept running.
+    silent: Option<String>,
+}
+
 /// Starts the host once: one that cannot be started, or ends without
 /// writing a byte, is the target's failure to start (exit 2), not a case
-/// failure. Anything it writes, even garbage, lets the cases say what is wrong.
-async fn preflight(launcher: &Launcher, startup: Duration) -> Result<(), RunError> {
+/// failure. Anything it writes, even garbage, lets the cases say what is
+/// wrong. A host still running but silent at the start-up bound gets as
+/// long again (a slow start is not a failure); silent after that, it is
+/// a set-up that got nothing, which one case reports and the others stand on.
+async fn preflight(launcher: &Launcher, startup: Duration) -> Result<Heard, RunError> {
     use crate::transport::process;
     use crate::transport::stdio::StreamEvent;
     let mut stream = launcher
         .start(&[], crate::wire::Codec::Frames)
         .map_err(|e| RunError::Target(format!("cannot start {launcher:?}: {e}")))?;
-    let first = stream.next(tokio::time::Instant::now() + startup).await;
+    let began = tokio::time::Instant::now();
+    let mut first = stream.next(began + startup).await;
+    if first.is_none() && stream.process.exit_status().is_none() {
+        // The grace: alive but quiet may be slow.
+        first = stream.next(began + startup * 2).await;
+    }
     let silent_end =
         matches!(&first, Some((_, StreamEvent::Closed { partial })) if partial.is_empty());
     let status = stream
@@ -113,7 +130,17 @@ async fn preflight(launcher: &Launcher, startup: Duration) -> Result<(), RunErro
             }
         )));
     }
-    Ok(())
+    let silent = first.is_none().then(|| {
+        format!(
+            "set-up: the host wrote nothing within {:.0}s of its start (conform's start-up bound of {:.0}s, then as long again), though it kept running",
+            (startup * 2).as_secs_f64(),
+            startup.as_secs_f64()
+        )
+    });
+    Ok(Heard {
+        first: first.map(|(at, _)| at.saturating_duration_since(began)),
+        silent,
+    })
 }
 
 /// How one host is started for `target`.
@@ -131,12 +158,20 @@ fn launcher_for(target: &Target, tier: Tier) -> Result<Launcher, RunError> {
     }
 }
 
-async fn run_nth(
-    ctx: Arc<driver::Context>,
-    cases: Arc<Vec<Case<HostCases>>>,
-    i: usize,
-) -> CaseResult {
-    ctx.run_case(&cases[i]).await
+/// What every case of a host run shares: the cases' context, and what the
+/// start-up probe found.
+struct HostRun {
+    ctx: driver::Context,
+    /// The set-up got nothing (see [`preflight`]).
+    silent: Option<String>,
+    selected: std::collections::BTreeSet<String>,
+}
+
+async fn run_nth(run: Arc<HostRun>, cases: Arc<Vec<Case<HostCases>>>, i: usize) -> CaseResult {
+    match &run.silent {
+        Some(why) => run.ctx.stands_on_silence(&cases[i], why, &run.selected),
+        None => run.ctx.run_case(&cases[i]).await,
+    }
 }
 
 pub async fn run(
@@ -145,7 +180,7 @@ pub async fn run(
     progress: &mut dyn FnMut(&CaseResult, usize, usize),
 ) -> Result<RunReport, RunError> {
     let launcher = launcher_for(&options.target, options.tier)?;
-    preflight(&launcher, options.startup_timeout).await?;
+    let heard = preflight(&launcher, options.startup_timeout).await?;
     let extension = match (&options.target, &options.extension) {
         (_, Some(x)) => Some(x.clone()),
         (Target::Builtin, None) => Some(driver::Extension {
@@ -154,18 +189,37 @@ pub async fn run(
         }),
         _ => None,
     };
+    // A host slow to start is given, in every case, twice what its first
+    // frame took in the probe, if that is longer than the bound.
+    let startup = match heard.first {
+        Some(t) if t * 2 > options.startup_timeout => t * 2,
+        _ => options.startup_timeout,
+    };
     let ctx = driver::Context {
         launcher,
         tier: options.tier,
         strict: options.strict,
         extension,
-        startup: options.startup_timeout,
+        startup,
+    };
+    let ctx = HostRun {
+        selected: cases.iter().map(|c| c.id.clone()).collect(),
+        silent: heard.silent,
+        ctx,
     };
     let results = runner::run_with(cases, options.jobs, ctx, run_nth, progress).await;
     let mut notes = vec![format!(
         "the host was run for the {} tier",
         options.tier.name()
     )];
+    if startup > options.startup_timeout {
+        notes.push(format!(
+            "the host is slow to start: its first frame came after {:.1}s, so each case waits up to {:.1}s for host/hello (--startup-timeout {:.0}s)",
+            heard.first.unwrap_or_default().as_secs_f64(),
+            startup.as_secs_f64(),
+            options.startup_timeout.as_secs_f64()
+        ));
+    }
     if results
         .iter()
         .all(|r| r.outcome == crate::outcome::Outcome::Error)

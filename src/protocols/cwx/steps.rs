@@ -9,8 +9,11 @@
 //! message, watch (`quiet`), `probe` with `host/ping`, close the host's
 //! stdin; and the cwx steps: `release` the registrations conform held,
 //! `waitHandle` until one of a kind is admitted, `absent` (the host has not
-//! sent a message), `noResult` (a raw request is not served), and `sweep`
-//! (call every tool, command or hook the extension registered).
+//! sent a message), `noResult` (a raw request is not served), `sweep`
+//! (call every tool, command or hook the extension registered), and
+//! `callHandle` (call a handle the activation admitted, by its kind's
+//! method). Cases find a handle by kind (`${tool_handle}`, `any`) or by
+//! name (`${handles.tool.echo}`), never by the order of registrations.
 
 use crate::step::{self, Action, Language, ReplyRule};
 use serde::Deserialize;
@@ -79,7 +82,13 @@ pub enum Register {
     /// None is answered until a `release` step.
     Hold,
     /// The first tool gets a handle; the rest wait for a `release` step.
+    /// (A host that sends its registrations one at a time, a tool last,
+    /// never gets one: cases use `holdAfterFirst`.)
     HoldAfterFirstTool,
+    /// The first registration, of whatever kind, gets a handle; the rest
+    /// wait for a `release` step. Nothing in the seed orders an
+    /// extension's registrations, so a case holds by position, never by kind.
+    HoldAfterFirst,
     /// The second gets `{refused}`; the others a handle.
     RefuseSecond,
     /// The second gets the error -32002 (Refused); the others a handle.
@@ -163,6 +172,10 @@ pub enum Own {
     /// Request `id` (of raw bytes written before) gets no result.
     NoResult(u64),
     Sweep(Sweep),
+    /// Call the first handle of a kind (`tool`, `command`, `hook`, or `any`)
+    /// the latest activation admitted, by its kind's method, and judge the
+    /// answer like a request's.
+    CallHandle(String),
 }
 
 /// The cwx steps' own keys.
@@ -192,6 +205,8 @@ pub struct Extra {
     with_ticket: bool,
     #[serde(default)]
     cancel_after: Option<f64>,
+    #[serde(default)]
+    call_handle: Option<String>,
 }
 
 /// The text a sweep puts in strings unless it says: characters of one, two,
@@ -210,6 +225,7 @@ impl Language for Lang {
         "message",
         "noResult",
         "sweep",
+        "callHandle",
     ];
     const MAX_DEADLINE: f64 = 600.0;
 
@@ -237,6 +253,9 @@ impl Language for Lang {
         }
         if let Some(id) = x.no_result {
             found.push(Own::NoResult(id));
+        }
+        if let Some(k) = &x.call_handle {
+            found.push(Own::CallHandle(k.clone()));
         }
         if let Some(kind) = x.sweep {
             let repeat = x.repeat.unwrap_or(1);
@@ -277,10 +296,10 @@ impl Language for Lang {
         {
             return Err("a cwx request's id is the core's to choose".into());
         }
-        if let Action::Own(Own::WaitHandle(k)) = &step.action
-            && !matches!(k.as_str(), "tool" | "command" | "hook")
+        if let Action::Own(Own::WaitHandle(k) | Own::CallHandle(k)) = &step.action
+            && !matches!(k.as_str(), "tool" | "command" | "hook" | "any")
         {
-            return Err("`waitHandle` is tool, command or hook".into());
+            return Err("`waitHandle` and `callHandle` are tool, command, hook or any".into());
         }
         step::check_stdio_expect(step)
     }
