@@ -63,7 +63,7 @@ impl<'de> Deserialize<'de> for Need {
 }
 
 /// The client capabilities conform advertises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Profile {
     /// No capability at all (`clientCapabilities: {}`).
@@ -190,6 +190,9 @@ impl Language for Lang {
             if p.until.is_some() && p.directive.is_none() {
                 return Err("`until` goes with a `directive`".into());
             }
+            if p.control.is_some() && p.directive.is_none() {
+                return Err("`control` goes with a `directive`".into());
+            }
             own.push(Own::Prompt(p.clone()));
         }
         own.extend(extra.cancel.clone().map(Own::Cancel));
@@ -220,6 +223,18 @@ impl Language for Lang {
     }
 
     fn check(step: &Step) -> Result<(), String> {
+        if let Action::Own(Own::Prompt(p)) = &step.action {
+            let forbids = step
+                .expect
+                .as_ref()
+                .is_some_and(|e| !e.no_requests.is_empty());
+            if p.control.is_some() && !(step.wait && forbids) {
+                return Err(
+                    "`control` goes with a prompt that waits for its turn and forbids a call (`noRequests`)"
+                        .into(),
+                );
+            }
+        }
         step::check_stdio_expect(step)
     }
 }
@@ -239,6 +254,16 @@ pub struct Prompt {
     pub until: Option<Vec<String>>,
     /// The session id; `${session}` by default.
     pub session: Option<String>,
+    /// For a prompt whose case forbids the action the directive asks for
+    /// (`noRequests`, a capability withheld): the client profile of a
+    /// control run that offers the capability. conform first proves the
+    /// directive provokes the action (its own `until`) on an agent
+    /// initialized with this profile, then sends the phrasing that did it
+    /// here, where the capability is withheld, and judges the turn
+    /// whatever it provokes: an agent that refrains passes. A control that
+    /// provokes nothing leaves the case unexercised (the prompt does not
+    /// work on this agent), unless the agent makes the forbidden call here.
+    pub control: Option<Profile>,
 }
 
 /// Checks written once in code and named from the data.
