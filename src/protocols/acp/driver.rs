@@ -1923,13 +1923,6 @@ impl CaseRun<'_> {
             self.s.ev.skip(why, SkipKind::Outside);
             return;
         }
-        if let Err(e) = answer
-            && rule == ReplyRule::Result
-            && let Some(why) = self.failed_before(method, e)
-        {
-            self.s.ev.skip(why, SkipKind::Outside);
-            return;
-        }
         let requested: Vec<String> = self
             .s
             .watch
@@ -1977,6 +1970,15 @@ impl CaseRun<'_> {
         let Some(mut found) = self.s.judge(answer, rule, &expect.result, &expect.error) else {
             return;
         };
+        // An error to the case's own initialize or session/new, where the
+        // set-up got one before the run: one cause, reported once.
+        if let Err(e) = answer
+            && !found.is_empty()
+            && let Some(why) = self.failed_before(method, e)
+        {
+            self.s.ev.skip(why, SkipKind::Outside);
+            return;
+        }
         for pattern in &expect.updates {
             let Some(p) = self.s.expand(pattern) else {
                 return;
@@ -2054,10 +2056,10 @@ impl CaseRun<'_> {
     }
 
     /// Why an error answer to this case's own `initialize` or `session/new`
-    /// is not this case's to fail: the probe's set-up got an error from the
-    /// same step before the run, and the case that checks that step runs
-    /// and reports it (as `setup_blocked` says for the cases that share
-    /// the set-up).
+    /// that the case finds wrong is not this case's to fail: the probe's
+    /// set-up failed at the same step before the run, and the case that
+    /// checks that step runs and reports it (as `setup_blocked` says for
+    /// the cases that share the set-up).
     fn failed_before(&self, method: &str, error: &Value) -> Option<String> {
         let probe = &self.ctx.probe;
         let (before, blamed) = match method {
@@ -2070,8 +2072,9 @@ impl CaseRun<'_> {
         };
         (self.ctx.selected.contains(blamed) && self.case_id != blamed).then(|| {
             format!(
-                "{method} answered {} here too (before the run: {before}); {blamed} reports it, so this case is not failed for it again",
-                matcher::brief(error)
+                "{method} answered {} here too, as before the run ({}); {blamed} reports it, so this case is not failed for it again",
+                matcher::brief(error),
+                before.trim_start_matches("set-up: ")
             )
         })
     }
