@@ -326,3 +326,57 @@ pub struct Expect {
 }
 
 crate::stdio_expect!(Expect);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::acp::AgentCases;
+
+    /// Issue 26: a prompt that forbids the call its directive asks for is
+    /// proven by a control, or a correct agent that refrains can never
+    /// exercise its requirement.
+    #[test]
+    fn every_prompt_that_forbids_a_call_has_a_control() {
+        let mut seen = 0;
+        for case in crate::case::load::<AgentCases>(&[]).unwrap() {
+            for step in &case.steps {
+                if let Action::Own(Own::Prompt(p)) = &step.action
+                    && p.directive.is_some()
+                    && step
+                        .expect
+                        .as_ref()
+                        .is_some_and(|e| !e.no_requests.is_empty())
+                {
+                    assert!(
+                        p.control.is_some(),
+                        "{}: a prompt with noRequests and no control",
+                        case.id
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 7, "{seen}");
+    }
+
+    #[test]
+    fn a_control_goes_with_a_directive_that_forbids_a_call() {
+        let case = |step: &str| {
+            format!(
+                r#"{{"id":"t/c","title":"t","level":"MUST","requirements":["acp.fs.no-call-without-capability"],"steps":[{step}]}}"#
+            )
+        };
+        let good = r#"{"prompt":{"directive":"read x","control":"all"},"expect":{"noRequests":["fs/read_text_file"]}}"#;
+        assert!(crate::case::parse_cases::<AgentCases>("t", &case(good)).is_ok());
+        for bad in [
+            r#"{"prompt":{"text":"hi","control":"all"},"expect":{"noRequests":["fs/read_text_file"]}}"#,
+            r#"{"prompt":{"directive":"read x","control":"all"},"expect":{"reply":"result"}}"#,
+            r#"{"prompt":{"directive":"read x","control":"all"},"wait":false,"expect":{"noRequests":["fs/read_text_file"]}}"#,
+        ] {
+            assert!(
+                crate::case::parse_cases::<AgentCases>("t", &case(bad)).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}
