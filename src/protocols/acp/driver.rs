@@ -204,8 +204,9 @@ pub struct Context {
     pub rungs: Mutex<BTreeMap<(String, usize, bool), usize>>,
     /// The ids of the cases the run selected.
     pub selected: std::collections::BTreeSet<String>,
-    /// What the control runs came to, by directive and client profile: a
-    /// control proven once serves every case that withholds the same.
+    /// What the control runs came to, by directive line (as the case file
+    /// writes it) and client profile: a control proven once serves every
+    /// case that withholds the same.
     controls: Mutex<BTreeMap<(String, Profile), Control>>,
     /// The rung that provoked the action in a control run, by its case id.
     provoked: Mutex<BTreeMap<String, usize>>,
@@ -1450,7 +1451,7 @@ impl CaseRun<'_> {
     }
 
     async fn control_run(&mut self, prompt: &Prompt, profile: Profile, ladder: &Ladder) -> Control {
-        let key = (ladder.name.clone(), profile);
+        let key = (prompt.directive.clone().unwrap_or_default(), profile);
         if let Some(c) = self
             .ctx
             .controls
