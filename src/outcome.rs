@@ -69,6 +69,18 @@ pub enum SkipKind {
     Declared,
     /// The case could not run for a reason outside the target's declaration.
     Outside,
+    /// The target legally did without an optional step the case is about
+    /// (it reached the action without it, which the source allows): not
+    /// applicable, like a declared skip.
+    Optional,
+}
+
+impl SkipKind {
+    /// Whether a skip of this kind leaves the case's requirements not
+    /// applicable (rather than unexercised).
+    pub fn not_applicable(self) -> bool {
+        matches!(self, SkipKind::Declared | SkipKind::Optional)
+    }
 }
 
 /// Which way bytes went, from conform's side.
@@ -465,7 +477,8 @@ pub struct SkippedCase {
 pub enum Exercise {
     /// At least one case ran (whatever it found).
     Exercised,
-    /// Every case was skipped because the target declared it out.
+    /// Every case was skipped because the target declared it out, or did
+    /// without an optional step the case is about.
     NotApplicable,
     /// Every case was skipped, at least one for another reason.
     Unexercised,
@@ -479,7 +492,7 @@ pub fn exercise(cases: &[&CaseResult], watched_and_any_ran: bool) -> Exercise {
         Exercise::Exercised
     } else if cases
         .iter()
-        .all(|c| c.skip_kind == Some(SkipKind::Declared))
+        .all(|c| c.skip_kind.is_some_and(SkipKind::not_applicable))
     {
         Exercise::NotApplicable
     } else {

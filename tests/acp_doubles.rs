@@ -130,6 +130,10 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
         ],
     ),
     ("version-echo-any", &["init/version-unsupported"], &[]),
+    // A set-up step that fails before the run fails once, in the case that
+    // checks it; the cases with a handshake of their own skip, naming it.
+    ("initialize-error", &["init/version-1"], &[]),
+    ("session-new-unknown", &["session/new"], &[]),
 ];
 
 /// Cases whose turn ends normally: a turn ended with `end_turn` by a fake
@@ -345,12 +349,35 @@ fn every_broken_agent_fails_exactly_its_cases_and_every_variation_passes() {
         }
         doubles.push(d);
     }
+    // A refraining agent that calls terminal/create all the same.
+    doubles.push(double(
+        "acp-deviation-terminal-ignores-capability",
+        "--variant refrain --deviation terminal-ignores-capability",
+        ids(&[
+            "init/omitted-capabilities",
+            "terminal/no-call-without-capability",
+        ]),
+        BTreeSet::new(),
+    ));
+    // Issue 26: an agent that refrains from what it was not offered passes
+    // the negative cases (a control proves the prompt); one that runs its
+    // edit without asking permission leaves the permission cases not
+    // applicable (the two `permission/` cases), never unexercised.
+    let mut no_permission = double(
+        "acp-variant-no-permission",
+        "--variant no-permission",
+        BTreeSet::new(),
+        BTreeSet::new(),
+    );
+    no_permission.skipped = Some(skipped_count(FIXTURE_OFFERS) + 2);
+    doubles.push(no_permission);
     for (variant, offers) in [
         ("", FIXTURE_OFFERS),
         ("string-ids", FIXTURE_OFFERS),
         ("parse-error-survive", FIXTURE_OFFERS),
         ("no-load", &["modes"][..]),
         ("no-modes", &["loadSession"][..]),
+        ("refrain", FIXTURE_OFFERS),
     ] {
         let (name, args) = if variant.is_empty() {
             ("acp-conformant".to_owned(), String::new())
@@ -369,6 +396,206 @@ fn every_broken_agent_fails_exactly_its_cases_and_every_variation_passes() {
         support::snapshot_report(&name.replace('-', "_"), report);
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// The cases of a fixture run under `filter`, by id: (outcome, skip kind,
+/// message).
+fn cases_of(
+    report: &serde_json::Value,
+) -> std::collections::BTreeMap<String, (String, String, String)> {
+    report["cases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (
+                text("id"),
+                (text("outcome"), text("skip_kind"), text("message")),
+            )
+        })
+        .collect()
+}
+
+fn unexercised(report: &serde_json::Value) -> BTreeSet<String> {
+    report["unexercised"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| u["requirement"].as_str().map(str::to_owned))
+        .collect()
+}
+
+const NEGATIVE: &str = "acp/fs/no-,acp/terminal/no-call,acp/init/omitted-capabilities";
+
+/// Issue 26, item 1: an agent that never calls what it was not offered,
+/// and does nothing else either (no tool call), passes the negative cases:
+/// the control run proves the same phrasing makes it call the method when
+/// the capability is offered. Before, the cases waited for the call or a
+/// tool call, which never came: the run was incomplete (exit 3).
+#[test]
+fn an_agent_that_refrains_passes_the_negative_cases_on_a_control() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture agent needs it");
+        return;
+    }
+    let target = fixture("--variant refrain");
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &target,
+        &["--filter", NEGATIVE, "--startup-timeout", "30"],
+    );
+    assert_eq!(code, 0, "{stderr}\n{}", support::outcome_text(&report));
+    assert!(unexercised(&report).is_empty());
+    let cases = cases_of(&report);
+    assert_eq!(cases.len(), 7, "{cases:?}");
+    for (id, (outcome, _, message)) in &cases {
+        assert_eq!(outcome, "pass", "{id}: {message}");
+        assert!(
+            message.contains("control: with clientCapabilities"),
+            "{id}: {message}"
+        );
+    }
+    let terminal = &cases["acp/terminal/no-call-without-capability"].2;
+    assert!(
+        terminal.contains("made the agent make a terminal/create request"),
+        "{terminal}"
+    );
+}
+
+/// Issue 26, item 1: an agent that never uses a tool, offered or not, gives
+/// the negative cases nothing to stand on: the control says the prompt did
+/// not work, and the run is incomplete (exit 3), never a pass.
+#[test]
+fn an_agent_that_uses_no_tool_leaves_the_negative_cases_unexercised() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture agent needs it");
+        return;
+    }
+    let target = fixture("--variant no-tools");
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &target,
+        &["--filter", NEGATIVE, "--startup-timeout", "30"],
+    );
+    assert_eq!(code, 3, "{stderr}\n{}", support::outcome_text(&report));
+    let missing = unexercised(&report);
+    for r in [
+        "acp.fs.no-call-without-capability",
+        "acp.terminal.no-call-without-capability",
+    ] {
+        assert!(missing.contains(r), "{r}: {missing:?}");
+    }
+    for (id, (outcome, kind, message)) in cases_of(&report) {
+        assert_eq!(
+            (outcome.as_str(), kind.as_str()),
+            ("skip", "outside"),
+            "{id}"
+        );
+        assert!(
+            message.contains("the prompt does not work on this agent"),
+            "{id}: {message}"
+        );
+    }
+}
+
+/// Issue 26, item 2: an agent that runs the edit without asking permission
+/// ("The Agent **MAY** request permission") leaves the permission cases not
+/// applicable, naming the step, and the run complete (exit 0); one that
+/// never reaches the edit leaves them unexercised (exit 3).
+#[test]
+fn an_agent_that_asks_no_permission_makes_the_permission_cases_not_applicable() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture agent needs it");
+        return;
+    }
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &fixture("--variant no-permission"),
+        &["--filter", "acp/permission/", "--startup-timeout", "30"],
+    );
+    assert_eq!(code, 0, "{stderr}\n{}", support::outcome_text(&report));
+    assert!(unexercised(&report).is_empty());
+    let cases = cases_of(&report);
+    assert_eq!(cases.len(), 2, "{cases:?}");
+    for (id, (outcome, kind, message)) in &cases {
+        assert_eq!(
+            (outcome.as_str(), kind.as_str()),
+            ("skip", "optional"),
+            "{id}"
+        );
+        assert!(message.starts_with("not applicable"), "{id}: {message}");
+        assert!(
+            message.contains("session/request_permission")
+                && message.contains("fs/write_text_file"),
+            "{id}: {message}"
+        );
+    }
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &fixture("--variant no-tools"),
+        &["--filter", "acp/permission/", "--startup-timeout", "30"],
+    );
+    assert_eq!(code, 3, "{stderr}\n{}", support::outcome_text(&report));
+    assert!(unexercised(&report).contains("acp.tool.rejected-not-run"));
+    for (id, (outcome, kind, _)) in cases_of(&report) {
+        assert_eq!(
+            (outcome.as_str(), kind.as_str()),
+            ("skip", "outside"),
+            "{id}"
+        );
+    }
+}
+
+/// Issue 26, item 13: an initialize the agent answers with an error fails
+/// the handshake case once; the cases with a handshake of their own skip,
+/// naming it, instead of failing for it again (before: every one failed or
+/// warned).
+#[test]
+fn a_failed_handshake_fails_once_and_the_own_handshake_cases_name_it() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture agent needs it");
+        return;
+    }
+    for (deviation, filter, blamed, own) in [
+        (
+            "initialize-error",
+            "acp/init/,acp/jsonrpc/id-",
+            "acp/init/version-1",
+            "acp/init/version-unsupported",
+        ),
+        (
+            "session-new-unknown",
+            "acp/session/new,acp/session/mcp-stdio,acp/init/omitted-capabilities",
+            "acp/session/new",
+            "acp/init/omitted-capabilities",
+        ),
+    ] {
+        let (code, report, stderr) = support::run_protocol_json(
+            "acp",
+            &fixture(&format!("--deviation {deviation}")),
+            &["--filter", filter, "--startup-timeout", "30"],
+        );
+        assert_eq!(code, 1, "{stderr}\n{}", support::outcome_text(&report));
+        let cases = cases_of(&report);
+        let failed: Vec<&String> = cases
+            .iter()
+            .filter(|(_, (o, _, _))| o != "pass" && o != "skip")
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(
+            failed,
+            [blamed],
+            "{deviation}: {}",
+            support::outcome_text(&report)
+        );
+        let (outcome, _, message) = &cases[own];
+        assert_eq!(outcome, "skip", "{own}: {message}");
+        assert!(
+            message.contains(&format!("{blamed} reports it")) && message.contains("here too"),
+            "{own}: {message}"
+        );
+    }
 }
 
 #[test]

@@ -14,10 +14,10 @@
 
 use super::editor::Editor;
 use super::monitor::{Incoming, Monitor};
-use super::prompts::{Book, Ladder, Rung, Trigger};
+use super::prompts::{Book, Ladder, Optional, Rung, Trigger};
 use super::steps::{Config, Expect, Need, Own, Permission, Profile, Prompt, Setup, Step};
 use super::table;
-use crate::case::{Case, Phase};
+use crate::case::{Case, Level, Phase};
 use crate::drive::stdio::{AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher;
@@ -204,6 +204,23 @@ pub struct Context {
     pub rungs: Mutex<BTreeMap<(String, usize, bool), usize>>,
     /// The ids of the cases the run selected.
     pub selected: std::collections::BTreeSet<String>,
+    /// What the control runs came to, by directive line (as the case file
+    /// writes it) and client profile: a control proven once serves every
+    /// case that withholds the same.
+    controls: Mutex<BTreeMap<(String, Profile), Control>>,
+    /// The rung that provoked the action in a control run, by its case id.
+    provoked: Mutex<BTreeMap<String, usize>>,
+}
+
+/// The id a control run of case `id` has.
+const CONTROL_SUFFIX: &str = "#control";
+
+/// What a control run came to: the phrasing that provoked the action when
+/// the capability was offered, or why none did.
+#[derive(Debug, Clone)]
+enum Control {
+    Provoked { rung: usize, note: String },
+    Not(String),
 }
 
 impl Context {
@@ -229,6 +246,8 @@ impl Context {
             stopped: Mutex::new(None),
             rungs: Mutex::new(BTreeMap::new()),
             selected: Default::default(),
+            controls: Mutex::new(BTreeMap::new()),
+            provoked: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -1212,14 +1231,7 @@ impl CaseRun<'_> {
     /// default): one text, the given blocks, or a directive's ladder, each
     /// rung a turn, until the agent does what the directive asks.
     async fn prompt(&mut self, step: &Step, prompt: &Prompt) {
-        if let Some(case) = self.ctx.stopped_by() {
-            self.s.ev.skip(
-                format!(
-                    "an earlier turn (in {case}) outlived conform's bound of {}s, so conform sends no more prompts to this agent",
-                    PROMPT_DEADLINE.as_secs()
-                ),
-                SkipKind::Outside,
-            );
+        if self.prompts_stopped() {
             return;
         }
         let ladder = match &prompt.directive {
@@ -1246,7 +1258,7 @@ impl CaseRun<'_> {
         if !step.wait && !self.config.withhold.is_empty() {
             until = vec![];
         }
-        let texts: Vec<(Value, Option<Rung>)> = match (&ladder, &prompt.text, &prompt.blocks) {
+        let mut texts: Vec<(Value, Option<Rung>)> = match (&ladder, &prompt.text, &prompt.blocks) {
             (Some(l), _, _) => l
                 .rungs
                 .iter()
@@ -1256,6 +1268,51 @@ impl CaseRun<'_> {
             (None, _, Some(b)) => vec![(b.clone(), None)],
             _ => vec![],
         };
+        // A case that withholds a capability: first the control proves the
+        // directive provokes the action where the capability is offered.
+        let mut controlled = false;
+        if let (Some(profile), Some(l)) = (prompt.control, &ladder) {
+            match self.control(prompt, profile, l).await {
+                Control::Provoked { rung, note } => {
+                    self.s.ev.notes.push(note);
+                    if let Some(i) = texts
+                        .iter()
+                        .position(|(_, r)| r.as_ref().is_some_and(|r| r.index == rung))
+                    {
+                        texts = vec![texts.swap_remove(i)];
+                    }
+                    // The same phrasing, judged on its turn whatever it
+                    // provokes: refraining is what the case asks for.
+                    until = vec![];
+                    controlled = true;
+                }
+                Control::Not(why) => {
+                    self.s.ev.notes.push(why);
+                    // Only the forbidden call itself makes the case apply.
+                    until = step
+                        .expect
+                        .as_ref()
+                        .map(|e| {
+                            e.no_requests
+                                .iter()
+                                .cloned()
+                                .map(Trigger::Request)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                }
+            }
+            if self.prompts_stopped() {
+                return;
+            }
+        }
+        // A step the source leaves optional (a permission request) that the
+        // agent did without: counted per rung, what it did said.
+        let optional = ladder
+            .as_ref()
+            .filter(|_| prompt.until.is_none() && !until.is_empty())
+            .and_then(|l| l.optional.clone());
+        let mut reached: Vec<String> = Vec::new();
         let session = prompt
             .session
             .clone()
@@ -1304,8 +1361,17 @@ impl CaseRun<'_> {
                             self.s.ev.skip(why, SkipKind::Outside);
                             return;
                         }
+                        if answer.is_ok() {
+                            self.reached_without(optional.as_ref(), before, &mut reached);
+                        }
                         if final_rung {
-                            self.unprovoked(ladder.as_ref(), &until, "the turn ended first");
+                            self.unprovoked_or_optional(
+                                ladder.as_ref(),
+                                &until,
+                                "the turn ended first",
+                                optional.as_ref(),
+                                &reached,
+                            );
                             return;
                         }
                     }
@@ -1328,7 +1394,7 @@ impl CaseRun<'_> {
             };
             let provoked = until.is_empty() || self.provoked(&until, before, false);
             if provoked || answer.is_err() {
-                if provoked && answer.is_ok() {
+                if provoked && answer.is_ok() && !controlled {
                     self.worked(ladder.as_ref(), rung.as_ref(), &until);
                 }
                 if let (Some(name), Ok(v)) = (&step.name, &answer) {
@@ -1337,11 +1403,196 @@ impl CaseRun<'_> {
                 self.judge(step.expect.as_ref(), "session/prompt", &answer, before);
                 return;
             }
+            self.reached_without(optional.as_ref(), before, &mut reached);
             if final_rung {
-                self.unprovoked(ladder.as_ref(), &until, "every turn ended without it");
+                self.unprovoked_or_optional(
+                    ladder.as_ref(),
+                    &until,
+                    "every turn ended without it",
+                    optional.as_ref(),
+                    &reached,
+                );
                 return;
             }
         }
+    }
+
+    /// Whether conform sends no more prompts to this agent (an earlier turn
+    /// outlived its bound); the case is then skipped, saying so.
+    fn prompts_stopped(&mut self) -> bool {
+        let Some(case) = self.ctx.stopped_by() else {
+            return false;
+        };
+        self.s.ev.skip(
+            format!(
+                "an earlier turn (in {case}) outlived conform's bound of {}s, so conform sends no more prompts to this agent",
+                PROMPT_DEADLINE.as_secs()
+            ),
+            SkipKind::Outside,
+        );
+        true
+    }
+
+    /// The control of a prompt whose case withholds a capability: the same
+    /// directive as a case of its own on an agent initialized with
+    /// `profile` (which offers the capability), climbing the directive's
+    /// ladder until the agent does what the directive asks (its own
+    /// `until`). Proven once per directive and profile in a run, whichever
+    /// case asks first; the others reuse the phrasing it found.
+    /// (A case within a case: the future is boxed, since `run_case` is what
+    /// runs this one.)
+    fn control<'a>(
+        &'a mut self,
+        prompt: &'a Prompt,
+        profile: Profile,
+        ladder: &'a Ladder,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Control> + Send + 'a>> {
+        Box::pin(async move { self.control_run(prompt, profile, ladder).await })
+    }
+
+    async fn control_run(&mut self, prompt: &Prompt, profile: Profile, ladder: &Ladder) -> Control {
+        let key = (prompt.directive.clone().unwrap_or_default(), profile);
+        if let Some(c) = self
+            .ctx
+            .controls
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return c;
+        }
+        let id = format!("{}{CONTROL_SUFFIX}", self.case_id);
+        let step = Step {
+            action: Action::Own(Own::Prompt(Prompt {
+                directive: prompt.directive.clone(),
+                ..Prompt::default()
+            })),
+            name: None,
+            wait: true,
+            pauses: vec![],
+            expect: None,
+            deadline: None,
+            extra: Default::default(),
+        };
+        let case = Case::<super::AgentCases> {
+            id: id.clone(),
+            title: format!("the control run of {}", self.case_id),
+            level: Level::Info,
+            requirements: vec![],
+            needs: vec![],
+            phase: Phase::Main,
+            config: Config {
+                client: profile,
+                ..Config::default()
+            },
+            for_each: None,
+            steps: vec![step],
+            finally: vec![],
+            note: None,
+            origin: format!("the control of {}", self.case_id),
+        };
+        self.s.log(
+            Direction::Event,
+            format!("control run {id}: the same directive with the capability offered").as_bytes(),
+        );
+        let result = self.ctx.run_case(&case).await;
+        let rung = self
+            .ctx
+            .provoked
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&id));
+        let caps = profile.capabilities();
+        let what = ladder
+            .until
+            .iter()
+            .map(Trigger::to_string)
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let control = match rung {
+            Some(rung) => Control::Provoked {
+                rung,
+                note: format!(
+                    "control: with clientCapabilities {caps}, on another agent process, phrasing {rung} of {} of `{}` made the agent make {what}; withheld here, the same phrasing's turn is judged on what it did",
+                    ladder.rungs.len(),
+                    ladder.name
+                ),
+            },
+            None => {
+                // A skip says no more than that; anything else is worth saying.
+                let how = match result.outcome {
+                    crate::outcome::Outcome::Skip => String::new(),
+                    other => format!(
+                        " (the control run: {} {})",
+                        other.as_str(),
+                        result.message.lines().next().unwrap_or_default()
+                    ),
+                };
+                Control::Not(format!(
+                    "control: with clientCapabilities {caps}, on another agent process, no phrasing of `{}` made the agent make {what} either{how}: the prompt does not work on this agent, so refraining here would show nothing",
+                    ladder.name,
+                ))
+            }
+        };
+        if let Ok(mut m) = self.ctx.controls.lock() {
+            m.entry(key).or_insert_with(|| control.clone());
+        }
+        control
+    }
+
+    /// Records, for a rung whose turn ended without the optional step it
+    /// asks for, what the agent did of the action the step is for.
+    fn reached_without(
+        &self,
+        optional: Option<&Optional>,
+        before: (usize, usize),
+        reached: &mut Vec<String>,
+    ) {
+        for t in optional.map(|o| o.reached.as_slice()).unwrap_or_default() {
+            let said = t.to_string();
+            if self.provoked(std::slice::from_ref(t), before, false) && !reached.contains(&said) {
+                reached.push(said);
+            }
+        }
+    }
+
+    /// Every rung ended without what the directive asks: when that is a
+    /// step the source leaves optional and the agent reached the action
+    /// without it, the case does not apply (the agent took a path the
+    /// source allows); otherwise the prompt did not work.
+    fn unprovoked_or_optional(
+        &mut self,
+        ladder: Option<&Ladder>,
+        until: &[Trigger],
+        how: &str,
+        optional: Option<&Optional>,
+        reached: &[String],
+    ) {
+        let (Some(o), false) = (optional, reached.is_empty()) else {
+            self.unprovoked(ladder, until, how);
+            return;
+        };
+        let step = until
+            .iter()
+            .map(Trigger::to_string)
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let quote = super::AGENT
+            .catalogue()
+            .get(&o.requirement)
+            .map(|r| format!(": \"{}\" ({})", r.quote, r.source))
+            .unwrap_or_default();
+        let tried = ladder
+            .map(|l| format!("every turn ({} phrasing(s) of `{}`)", l.rungs.len(), l.name))
+            .unwrap_or_else(|| "the turn".into());
+        self.s.ev.skip(
+            format!(
+                "not applicable: {tried} ended without {step}, a step the source leaves to the agent, and the agent reached the action without it ({}): [MAY {}]{quote}; so what this case checks about that step does not apply to this agent",
+                reached.join(", "),
+                o.requirement
+            ),
+            SkipKind::Optional,
+        );
     }
 
     /// A new session in the workspace for the next rung of a ladder, as
@@ -1381,6 +1632,11 @@ impl CaseRun<'_> {
         };
         if let Ok(mut m) = self.ctx.rungs.lock() {
             *m.entry((l.name.clone(), r.index, r.user)).or_default() += 1;
+        }
+        if self.case_id.ends_with(CONTROL_SUFFIX)
+            && let Ok(mut m) = self.ctx.provoked.lock()
+        {
+            m.insert(self.case_id.clone(), r.index);
         }
         if r.index > 1 || r.user {
             let what = until
@@ -1715,6 +1971,15 @@ impl CaseRun<'_> {
         let Some(mut found) = self.s.judge(answer, rule, &expect.result, &expect.error) else {
             return;
         };
+        // An error to the case's own initialize or session/new, where the
+        // set-up got one before the run: one cause, reported once.
+        if let Err(e) = answer
+            && !found.is_empty()
+            && let Some(why) = self.failed_before(method, e)
+        {
+            self.s.ev.skip(why, SkipKind::Outside);
+            return;
+        }
         for pattern in &expect.updates {
             let Some(p) = self.s.expand(pattern) else {
                 return;
@@ -1789,6 +2054,30 @@ impl CaseRun<'_> {
         if saw {
             self.s.ev.observations.clear();
         }
+    }
+
+    /// Why an error answer to this case's own `initialize` or `session/new`
+    /// that the case finds wrong is not this case's to fail: the probe's
+    /// set-up failed at the same step before the run, and the case that
+    /// checks that step runs and reports it (as `setup_blocked` says for
+    /// the cases that share the set-up).
+    fn failed_before(&self, method: &str, error: &Value) -> Option<String> {
+        let probe = &self.ctx.probe;
+        let (before, blamed) = match method {
+            "initialize" => (probe.initialize.as_ref().err()?, HANDSHAKE_CASE),
+            "session/new" if probe.initialize.is_ok() => {
+                let why = probe.session.as_ref().err()?;
+                (why.starts_with("set-up:").then_some(why)?, SESSION_CASE)
+            }
+            _ => return None,
+        };
+        (self.ctx.selected.contains(blamed) && self.case_id != blamed).then(|| {
+            format!(
+                "{method} answered {} here too, as before the run ({}); {blamed} reports it, so this case is not failed for it again",
+                matcher::brief(error),
+                before.trim_start_matches("set-up: ")
+            )
+        })
     }
 
     /// Why a turn the case waits on is over already, when it ended with an

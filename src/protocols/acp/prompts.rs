@@ -68,6 +68,22 @@ pub struct Directive {
     pub args: Vec<String>,
     pub until: Vec<Trigger>,
     pub phrasings: Vec<Phrasing>,
+    /// When `until` is a step the source leaves to the agent.
+    pub optional: Option<Optional>,
+}
+
+/// A directive whose `until` is a step the source leaves optional (a
+/// permission request: "The Agent **MAY** request permission"). An agent
+/// that reaches the action the step is for without taking it took a path
+/// the source allows: what a case checks about the step does not apply to
+/// it. One that never reaches the action did not follow the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Optional {
+    /// What shows the agent reached the action (a tool call announced, the
+    /// write it was asked for).
+    pub reached: Vec<Trigger>,
+    /// The catalogue's requirement (a MAY) that leaves the step optional.
+    pub requirement: String,
 }
 
 #[derive(Debug, Clone)]
@@ -89,6 +105,15 @@ struct DirectiveFile {
     args: Vec<String>,
     until: Vec<String>,
     phrasings: Vec<String>,
+    #[serde(default)]
+    optional: Option<OptionalFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptionalFile {
+    reached: Vec<String>,
+    requirement: String,
 }
 
 /// A `--prompts` file: phrasings a user's agent understands, each for the
@@ -125,6 +150,7 @@ pub struct Ladder {
     pub name: String,
     pub rungs: Vec<Rung>,
     pub until: Vec<Trigger>,
+    pub optional: Option<Optional>,
 }
 
 impl Book {
@@ -149,6 +175,10 @@ impl Book {
                         origin: Origin::Conform,
                     })
                     .collect(),
+                optional: d.optional.map(|o| Optional {
+                    reached: o.reached.iter().map(|t| Trigger::parse(t)).collect(),
+                    requirement: o.requirement,
+                }),
             };
             for p in &directive.phrasings {
                 check_names(&name, &directive.args, &p.text)?;
@@ -236,6 +266,7 @@ impl Book {
             name: name.to_owned(),
             rungs,
             until: d.until.clone(),
+            optional: d.optional.clone(),
         })
     }
 }
@@ -369,6 +400,31 @@ mod tests {
             std::fs::write(&bad, text).unwrap();
             assert!(Book::builtin().unwrap().with_user(&bad).is_err(), "{text}");
         }
+    }
+
+    /// An optional step names a MAY of the catalogue (whose quote the
+    /// catalogue test finds in the pages) and what shows the action ran.
+    #[test]
+    fn an_optional_step_names_a_may_of_the_catalogue() {
+        let book = Book::builtin().unwrap();
+        let catalogue = crate::suite::Protocol::Acp.catalogue();
+        let mut seen = 0;
+        for (name, d) in &book.directives {
+            let Some(o) = &d.optional else { continue };
+            seen += 1;
+            let r = catalogue
+                .get(&o.requirement)
+                .unwrap_or_else(|| panic!("{name}: no requirement {}", o.requirement));
+            assert_eq!(r.level, crate::case::Level::May, "{name}");
+            assert!(!o.reached.is_empty(), "{name}");
+            assert!(!o.reached.iter().any(|t| d.until.contains(t)), "{name}");
+        }
+        let permission = book.directives["permission"].optional.as_ref();
+        assert_eq!(
+            permission.map(|o| o.requirement.as_str()),
+            Some("acp.tool.request-permission")
+        );
+        assert_eq!(seen, 1);
     }
 
     #[test]

@@ -63,7 +63,7 @@ impl<'de> Deserialize<'de> for Need {
 }
 
 /// The client capabilities conform advertises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Profile {
     /// No capability at all (`clientCapabilities: {}`).
@@ -190,6 +190,9 @@ impl Language for Lang {
             if p.until.is_some() && p.directive.is_none() {
                 return Err("`until` goes with a `directive`".into());
             }
+            if p.control.is_some() && p.directive.is_none() {
+                return Err("`control` goes with a `directive`".into());
+            }
             own.push(Own::Prompt(p.clone()));
         }
         own.extend(extra.cancel.clone().map(Own::Cancel));
@@ -220,6 +223,18 @@ impl Language for Lang {
     }
 
     fn check(step: &Step) -> Result<(), String> {
+        if let Action::Own(Own::Prompt(p)) = &step.action {
+            let forbids = step
+                .expect
+                .as_ref()
+                .is_some_and(|e| !e.no_requests.is_empty());
+            if p.control.is_some() && !(step.wait && forbids) {
+                return Err(
+                    "`control` goes with a prompt that waits for its turn and forbids a call (`noRequests`)"
+                        .into(),
+                );
+            }
+        }
         step::check_stdio_expect(step)
     }
 }
@@ -239,6 +254,16 @@ pub struct Prompt {
     pub until: Option<Vec<String>>,
     /// The session id; `${session}` by default.
     pub session: Option<String>,
+    /// For a prompt whose case forbids the action the directive asks for
+    /// (`noRequests`, a capability withheld): the client profile of a
+    /// control run that offers the capability. conform first proves the
+    /// directive provokes the action (its own `until`) on an agent
+    /// initialized with this profile, then sends the phrasing that did it
+    /// here, where the capability is withheld, and judges the turn
+    /// whatever it provokes: an agent that refrains passes. A control that
+    /// provokes nothing leaves the case unexercised (the prompt does not
+    /// work on this agent), unless the agent makes the forbidden call here.
+    pub control: Option<Profile>,
 }
 
 /// Checks written once in code and named from the data.
@@ -301,3 +326,57 @@ pub struct Expect {
 }
 
 crate::stdio_expect!(Expect);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::acp::AgentCases;
+
+    /// Issue 26: a prompt that forbids the call its directive asks for is
+    /// proven by a control, or a correct agent that refrains can never
+    /// exercise its requirement.
+    #[test]
+    fn every_prompt_that_forbids_a_call_has_a_control() {
+        let mut seen = 0;
+        for case in crate::case::load::<AgentCases>(&[]).unwrap() {
+            for step in &case.steps {
+                if let Action::Own(Own::Prompt(p)) = &step.action
+                    && p.directive.is_some()
+                    && step
+                        .expect
+                        .as_ref()
+                        .is_some_and(|e| !e.no_requests.is_empty())
+                {
+                    assert!(
+                        p.control.is_some(),
+                        "{}: a prompt with noRequests and no control",
+                        case.id
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= 7, "{seen}");
+    }
+
+    #[test]
+    fn a_control_goes_with_a_directive_that_forbids_a_call() {
+        let case = |step: &str| {
+            format!(
+                r#"{{"id":"t/c","title":"t","level":"MUST","requirements":["acp.fs.no-call-without-capability"],"steps":[{step}]}}"#
+            )
+        };
+        let good = r#"{"prompt":{"directive":"read x","control":"all"},"expect":{"noRequests":["fs/read_text_file"]}}"#;
+        assert!(crate::case::parse_cases::<AgentCases>("t", &case(good)).is_ok());
+        for bad in [
+            r#"{"prompt":{"text":"hi","control":"all"},"expect":{"noRequests":["fs/read_text_file"]}}"#,
+            r#"{"prompt":{"directive":"read x","control":"all"},"expect":{"reply":"result"}}"#,
+            r#"{"prompt":{"directive":"read x","control":"all"},"wait":false,"expect":{"noRequests":["fs/read_text_file"]}}"#,
+        ] {
+            assert!(
+                crate::case::parse_cases::<AgentCases>("t", &case(bad)).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}
