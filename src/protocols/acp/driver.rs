@@ -2156,6 +2156,60 @@ mod tests {
         assert!(r.message.contains("bound of 60s"), "{}", r.message);
     }
 
+    /// A turn conform cancels, then awaits.
+    const CANCELLED: &str = r#"{"id":"t/cancel","title":"a cancel","level":"MUST","requirements":["acp.cancel.stop-reason-cancelled"],
+        "steps":[{"prompt":{"text":"conform: wait"},"wait":false,"as":"turn"},{"cancel":"${session}"},
+            {"await":"turn","expect":{"result":{"stopReason":"cancelled"}}}]}"#;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_the_agent_and_its_probe_leave_unanswered_is_stuck_not_skipped() {
+        // No stop reason, and no answer to the liveness probe (an unknown
+        // method): the agent is stuck, which breaks "the Server MUST reply".
+        let r = run(
+            |m| {
+                m.pointer("/result/stopReason").is_none()
+                    && m.pointer("/error/code") != Some(&json!(-32601))
+            },
+            TURN,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let stuck = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(super::super::monitor::rules::REPLY))
+            .expect("a finding of the reply rule");
+        assert!(stuck.message.contains("it is stuck"), "{}", stuck.message);
+        assert!(stuck.message.contains("bound of 60s"), "{}", stuck.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_never_ends_after_session_cancel_fails_its_requirement() {
+        // The agent answers everything but the cancelled turn.
+        let r = run(
+            |m| m.pointer("/result/stopReason") != Some(&json!("cancelled")),
+            CANCELLED,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(CANCEL_RULE))
+            .expect("a finding of the cancel rule");
+        assert!(f.message.contains("of session/cancel"), "{}", f.message);
+        assert!(
+            f.message.contains("so it still serves requests"),
+            "{}",
+            f.message
+        );
+        // The bound started at the cancel: not the turn's 60 s.
+        assert!(!f.message.contains("60s"), "{}", f.message);
+        // The same agent, cancelled turns answered: a pass.
+        let r = run(|_| true, CANCELLED).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
+    }
+
     /// An agent whose fake model reads only the English of the read
     /// ladder's second phrasing ("... in the current directory ...").
     #[derive(Default)]
