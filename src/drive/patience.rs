@@ -18,8 +18,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// The grace is this many times the bound...
-pub const GRACE_FACTOR: u32 = 2;
+/// The grace is this many times the bound (so a wait lasts twice its bound,
+/// and a target that answers nothing at all is given up within twice the
+/// start-up bound)...
+pub const GRACE_FACTOR: u32 = 1;
 /// ...but never longer than this (scaled): a turn's bound is long already.
 pub const GRACE_CEILING: Duration = Duration::from_secs(30);
 /// The start-up bound is this many times the agent's first answer's latency...
