@@ -201,7 +201,10 @@ mod tests {
         assert_eq!(w.slow_note("session/new"), None);
         w.after = Duration::from_secs(12);
         let note = w.slow_note("session/new").unwrap();
-        assert!(note.contains("after 12s, past conform's bound of 10s"), "{note}");
+        assert!(
+            note.contains("after 12s, past conform's bound of 10s"),
+            "{note}"
+        );
         w.answer = None;
         assert!(!w.late());
         assert_eq!(
