@@ -68,7 +68,7 @@ const STARTUP: f64 = 3.0;
 ///   wait (10), the shutdown of the target;
 /// - acp: the probe (startup for initialize, 10 for session/new, 0.5 to
 ///   exit, the shutdown), then the case (startup for its initialize, 10 for
-///   the unknown method, 0.5 reading the last output, 0.5 to exit, the
+///   the unknown method, each wait with a grace as long as its bound, 0.5 reading the last output, 0.5 to exit, the
 ///   shutdown);
 /// - cwx: the preflight (startup for a first frame, 0.2, the shutdown), then
 ///   the case (startup for host/hello, 30 for host/initialize, 10 for
@@ -76,9 +76,10 @@ const STARTUP: f64 = 3.0;
 fn bound(protocol: &str, startup: f64) -> Duration {
     let secs = match protocol {
         "agent-socket" => startup + AS_HANDSHAKE + AS_CONNECT + AS_DEFAULT + SHUTDOWN,
+        // Each ACP wait gets a grace as long as its bound (drive::patience).
         "acp" => {
-            (startup + REQUEST + EXIT_GRACE + SHUTDOWN)
-                + (startup + REQUEST + EXIT_GRACE + EXIT_GRACE + SHUTDOWN)
+            (2.0 * startup + 2.0 * REQUEST + EXIT_GRACE + SHUTDOWN)
+                + (2.0 * startup + 2.0 * REQUEST + EXIT_GRACE + EXIT_GRACE + SHUTDOWN)
         }
         _ => {
             (startup + 0.2 + SHUTDOWN)
@@ -622,10 +623,17 @@ fn a_target_that_never_answers_fails_when_the_deadlines_pass() {
             ],
         ),
         silent("agent-socket", "other").expect(1, &["no reply within 10s"]),
-        silent("acp", "start").expect(2, &["did not answer initialize within 3s"]),
+        silent("acp", "start").expect(
+            2,
+            &["did not answer initialize within 6.0s (conform's bound of 3.0s and a grace of 3.0s)"],
+        ),
         silent("acp", "other").expect(
             1,
-            &["expected an answer to conform/no_such_method, got nothing within 10s"],
+            &[
+                "expected an answer to conform/no_such_method, got nothing within",
+                "(conform's bound of 10s and a grace of 10s)",
+                "it is stuck",
+            ],
         ),
         silent("cwx", "start").expect(1, &["setup: no host/hello within 3s"]),
         silent("cwx", "other").expect(
@@ -901,7 +909,7 @@ fn a_flood_of_valid_messages_leaves_conform_bounded() {
 fn noise() -> Hostile {
     Hostile::new("acp", "noise", "other")
         .fixture_args(&["--size-mib", "16", "--count", "100000"])
-        .expect(1, &["got nothing within 10s"])
+        .expect(1, &["(conform's bound of 10s and a grace of 10s)"])
 }
 
 #[test]
@@ -909,8 +917,8 @@ fn a_target_that_keeps_writing_cannot_stretch_a_deadline() {
     if !can_run() {
         return;
     }
-    // The case waits its 10 s, then reads 0.5 s more as the agent's stdin
-    // closes: 11.5 s. When a wait handed over a message that was ready past
+    // The case waits its 10 s and a grace of 10 s (drive::patience), then
+    // reads 0.5 s more as the agent's stdin closes: 21.5 s. When a wait handed over a message that was ready past
     // its deadline, conform read on until tokio's cooperative budget ran out
     // (128 messages) or it found none waiting: 17 to 32 s in most runs.
     // Memory: see the test below.
@@ -919,8 +927,8 @@ fn a_target_that_keeps_writing_cannot_stretch_a_deadline() {
     let ran = check_all(vec![run]);
     let ms = ran[0].case_ms().unwrap_or(u64::MAX);
     assert!(
-        ms < ((REQUEST + 5.0) * 1000.0) as u64,
-        "the case took {ms} ms for a 10 s wait"
+        ms < ((2.0 * REQUEST + 5.0) * 1000.0) as u64,
+        "the case took {ms} ms for a 10 s wait and its 10 s grace"
     );
 }
 

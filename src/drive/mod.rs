@@ -1,7 +1,8 @@
 //! What the drivers of every suite share above the transport: the stdio
-//! session of the line and frame protocols, and judging an answer against a
+//! session of the line and frame protocols, how long it waits (`patience`), and judging an answer against a
 //! step's expectation.
 
+pub mod patience;
 pub mod stdio;
 
 use crate::evidence::{Finding, Kind};

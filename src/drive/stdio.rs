@@ -86,7 +86,10 @@ pub trait Watch: Send {
     fn kept_note(&self) -> Option<String>;
 }
 
-/// The request a `probe` step sends to ask whether the target still serves.
+/// The request a `probe` step sends to ask whether the target still serves;
+/// also the liveness probe of a session that has one (see
+/// [`Session::with_liveness`]).
+#[derive(Debug, Clone, Copy)]
 pub struct ProbeRequest {
     pub method: &'static str,
     /// What the reports call it.
@@ -134,6 +137,10 @@ pub struct Session<W: Watch> {
     pub stalled: bool,
     /// conform closed the target's stdin to end the case.
     ending: bool,
+    /// The request that asks whether the target still serves, when the
+    /// protocol has one: a wait that outlives its bound then gets a grace
+    /// and this probe (`drive::patience`).
+    liveness: Option<ProbeRequest>,
 }
 
 impl<W: Watch> Session<W> {
@@ -160,7 +167,16 @@ impl<W: Watch> Session<W> {
             closed: false,
             stalled: false,
             ending: false,
+            liveness: None,
         }
+    }
+
+    /// The session with a liveness probe: a wait for an answer that
+    /// outlives its bound gets a grace, during which conform sends `probe`
+    /// (see `drive::patience`). Without one, a bound is final.
+    pub fn with_liveness(mut self, probe: ProbeRequest) -> Session<W> {
+        self.liveness = Some(probe);
+        self
     }
 
     pub fn who(&self) -> &'static str {
@@ -324,8 +340,114 @@ impl<W: Watch> Session<W> {
             .await;
     }
 
-    /// Waits for the answer to request `key` (`what` names it); a missing
-    /// answer is a finding, and the case has nothing more to stand on.
+    /// Reads (and answers) until the answer to request `key` comes, the
+    /// stream ends, or `until` passes; takes the answer out when it came.
+    pub async fn until_answered<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        key: &str,
+        until: Instant,
+    ) -> Option<Result<Value, Value>> {
+        let k = key.to_owned();
+        self.pump(answerer, until, &|s| s.answers.contains_key(&k))
+            .await;
+        self.answers.remove(key)
+    }
+
+    /// Whether the exchange can go on reading: the stream is open, the
+    /// watch did not end it, and conform met no error of its own.
+    fn reading(&self) -> bool {
+        !self.closed && !self.watch.halted() && self.ev.error.is_none()
+    }
+
+    /// The grace after the bound of a wait for `key` passed: conform sends
+    /// its liveness probe and reads on for `grace`, until the answer comes
+    /// or the grace passes. What came, and what the probe showed.
+    pub async fn in_grace<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        key: &str,
+        grace: Duration,
+    ) -> (Option<Result<Value, Value>>, super::patience::Liveness) {
+        use super::patience::Liveness;
+        if !self.reading() || grace.is_zero() {
+            let live = if self.reading() {
+                Liveness::Unprobed
+            } else {
+                Liveness::Gone
+            };
+            return (self.answers.remove(key), live);
+        }
+        let sent = Instant::now();
+        let until = sent + grace;
+        let probe = match self.liveness {
+            Some(p) => self.request(p.method, serde_json::json!({})).await,
+            None => None,
+        };
+        let mut answered_at = None;
+        loop {
+            let k = key.to_owned();
+            let pk = probe.clone();
+            let got_probe = answered_at.is_some();
+            // Until the answer comes, or the probe's answer (noted, then on
+            // to the end of the grace).
+            self.pump(answerer, until, &|s| {
+                s.answers.contains_key(&k)
+                    || (!got_probe && pk.as_ref().is_some_and(|p| s.answers.contains_key(p)))
+            })
+            .await;
+            if let Some(p) = &probe
+                && self.answers.remove(p).is_some()
+            {
+                answered_at.get_or_insert(sent.elapsed());
+            }
+            if self.answers.contains_key(key) || !self.reading() || Instant::now() >= until {
+                break;
+            }
+        }
+        let live = match (answered_at, &probe) {
+            (Some(after), _) => Liveness::Alive(after),
+            (None, _) if !self.reading() => Liveness::Gone,
+            (None, Some(_)) => Liveness::Stuck,
+            (None, None) => Liveness::Unprobed,
+        };
+        (self.answers.remove(key), live)
+    }
+
+    /// Waits for the answer to request `key` for `bound`, then, when the
+    /// session has a liveness probe, for the grace after it
+    /// (`drive::patience`); records nothing.
+    pub async fn wait_patiently<A: Answerer>(
+        &mut self,
+        answerer: &mut A,
+        key: &str,
+        bound: Duration,
+    ) -> super::patience::Waited {
+        use super::patience::{Liveness, Waited, grace};
+        let start = Instant::now();
+        let answer = self.until_answered(answerer, key, start + bound).await;
+        let grace = if self.liveness.is_some() && !bound.is_zero() {
+            grace(bound)
+        } else {
+            Duration::ZERO
+        };
+        let (answer, liveness) = match answer {
+            Some(a) => (Some(a), Liveness::Unprobed),
+            None => self.in_grace(answerer, key, grace).await,
+        };
+        Waited {
+            answer,
+            after: start.elapsed(),
+            bound,
+            grace,
+            liveness,
+        }
+    }
+
+    /// Waits for the answer to request `key` (`what` names it), with the
+    /// grace and probe of a session that has one; an answer in the grace is
+    /// noted as slow. A missing answer is a finding, and the case has
+    /// nothing more to stand on.
     pub async fn answer<A: Answerer>(
         &mut self,
         answerer: &mut A,
@@ -333,14 +455,18 @@ impl<W: Watch> Session<W> {
         what: &str,
         within: Duration,
     ) -> Option<Result<Value, Value>> {
-        let k = key.to_owned();
-        self.pump(answerer, Instant::now() + within, &|s| {
-            s.answers.contains_key(&k)
-        })
-        .await;
-        if let Some(a) = self.answers.remove(key) {
+        let waited = self.wait_patiently(answerer, key, within).await;
+        if let Some(a) = waited.answer.clone() {
+            self.ev.notes.extend(waited.slow_note(what));
             return Some(a);
         }
+        self.missing(what, &waited);
+        None
+    }
+
+    /// Records that the answer to `what` did not come in `waited`.
+    pub fn missing(&mut self, what: &str, waited: &super::patience::Waited) {
+        use super::patience::Liveness;
         let why = if self.watch.halted() {
             format!(
                 "none: the exchange ended at the {}'s protocol error",
@@ -353,7 +479,15 @@ impl<W: Watch> Session<W> {
                 process::describe_status(self.stream.process.exit_status())
             )
         } else {
-            format!("nothing within {:.0}s", within.as_secs_f64())
+            let probe = self.liveness.map_or("a probe", |p| p.what);
+            match waited.liveness {
+                Liveness::Alive(_) | Liveness::Stuck => format!(
+                    "nothing within {}; {}",
+                    waited.waited(),
+                    waited.liveness.describe(probe)
+                ),
+                _ => format!("nothing within {}", waited.waited()),
+            }
         };
         let rule = self.watch.unanswered_rule();
         self.ev
@@ -364,7 +498,6 @@ impl<W: Watch> Session<W> {
             ))
             .seen(format!("an answer to {what}"), why);
         self.stalled = true;
-        None
     }
 
     /// `v` with the case's variables in place of its templates; a template

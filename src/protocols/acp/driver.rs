@@ -18,6 +18,7 @@ use super::prompts::{Book, Ladder, Optional, Rung, Trigger};
 use super::steps::{Config, Expect, Need, Own, Permission, Profile, Prompt, Setup, Step};
 use super::table;
 use crate::case::{Case, Level, Phase};
+use crate::drive::patience::{self, Liveness, Waited};
 use crate::drive::stdio::{AnswerFuture, Answerer, ProbeRequest, Session};
 use crate::evidence::{Evidence, Finding, Kind};
 use crate::matcher;
@@ -44,8 +45,29 @@ const PROBE: ProbeRequest = ProbeRequest {
     within: REQUEST_DEADLINE,
 };
 /// conform's bound on a prompt turn. The sources set none; a turn that
-/// outlives it is conform's limit, not the agent's breach.
+/// outlives it (and its grace) while the agent answers the liveness probe
+/// is conform's limit, not the agent's breach.
 pub const PROMPT_DEADLINE: Duration = Duration::from_secs(60);
+/// conform's bound on the end of a turn after a cancel, from the cancel:
+/// "the Agent MUST respond to the original session/prompt request with the
+/// cancelled stop reason", and after `$/cancel_request` "MUST send one of
+/// these responses for the original request". Extended by one bound at a
+/// time, up to the step's turn bound, while the agent visibly works on
+/// (updates or requests of its own); then a grace with the liveness probe.
+pub const CANCEL_BOUND: Duration = Duration::from_secs(10);
+
+/// conform's bounds at the run's scale (`drive::patience`).
+fn request_bound() -> Duration {
+    patience::scaled(REQUEST_DEADLINE)
+}
+
+pub fn turn_bound() -> Duration {
+    patience::scaled(PROMPT_DEADLINE)
+}
+
+fn cancel_bound() -> Duration {
+    patience::scaled(CANCEL_BOUND)
+}
 /// How long a step waits for the agent to make a request it expects.
 const WAIT_FOR_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a turn must still run to count as a long one (`running`).
@@ -319,8 +341,8 @@ impl Context {
         }
         if let Some(case) = self.stopped_by() {
             notes.push(format!(
-                "a turn in {case} outlived conform's bound of {}s, so conform sent no more prompts to this agent (the cases that needed one were skipped)",
-                PROMPT_DEADLINE.as_secs()
+                "a turn in {case} outlived conform's bound of {} and its grace while the agent still answered the liveness probe, so conform sent no more prompts to this agent (the cases that needed one were skipped)",
+                patience::secs(turn_bound())
             ));
         }
         notes
@@ -393,15 +415,45 @@ enum ProbeError {
     Silent(String),
 }
 
-/// Learns what the agent advertises: `initialize` and `session/new` on one
-/// process, which then serves the first cases that share one. An agent that
-/// cannot be started, or writes nothing at all, is the target's failure to
-/// start (exit 2); one that wrote anything gets its cases run, which say
-/// what is wrong with it.
+/// Learns what the agent advertises (see [`probe_timed`]).
 pub async fn probe(
     launcher: &Launcher,
     startup: Duration,
 ) -> Result<(Probe, Option<Conn>), String> {
+    probe_timed(launcher, startup)
+        .await
+        .map(|(probe, conn, _)| (probe, conn))
+}
+
+/// How long the probe's answers took: what the run's bounds adapt to.
+#[derive(Debug, Clone, Default)]
+pub struct Timing {
+    /// The latency of the agent's first answer (`initialize`), from its spawn.
+    pub first_answer: Option<Duration>,
+    /// Answers that came after conform's bound, for the run's notes.
+    pub notes: Vec<String>,
+}
+
+impl Timing {
+    /// The start-up bound for later processes: `floor` (`--startup-timeout`)
+    /// adapted to the first answer's latency (`patience::startup_bound`).
+    pub fn startup(&self, floor: Duration) -> Duration {
+        self.first_answer
+            .map_or(floor, |first| patience::startup_bound(floor, first))
+    }
+}
+
+/// Learns what the agent advertises: `initialize` and `session/new` on one
+/// process, which then serves the first cases that share one, and how long
+/// its answers took. An agent that cannot be started, or writes nothing at
+/// all, is the target's failure to start (exit 2); one that wrote anything
+/// gets its cases run, which say what is wrong with it.
+pub async fn probe_timed(
+    launcher: &Launcher,
+    startup: Duration,
+) -> Result<(Probe, Option<Conn>, Timing), String> {
+    let mut timing = Timing::default();
+    let spawned = Instant::now();
     let mut stream = spawn(None, launcher)?;
     let workspace = super::workspace()?;
     let mut monitor = Monitor::new();
@@ -413,21 +465,33 @@ pub async fn probe(
     };
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": initialize_params(Profile::All.capabilities())});
-    let result = match exchange(&mut stream, &mut monitor, &init, startup, &mut wrote).await {
+    let answered = exchange(&mut stream, &mut monitor, &init, startup, &mut wrote).await;
+    if answered.is_ok() {
+        let took = spawned.elapsed();
+        timing.first_answer = Some(took);
+        if took > startup {
+            timing
+                .notes
+                .push(patience::slow_note("the first initialize", took, startup));
+        }
+    }
+    let result = match answered {
         Ok(Ok(init)) => {
             probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
             probe.initialize = Ok(init);
             let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
                 "params": {"cwd": workspace.path(), "mcpServers": []}});
-            probe.session = match exchange(
-                &mut stream,
-                &mut monitor,
-                &new,
-                REQUEST_DEADLINE,
-                &mut wrote,
-            )
-            .await
-            {
+            let asked = Instant::now();
+            let answered =
+                exchange(&mut stream, &mut monitor, &new, request_bound(), &mut wrote).await;
+            if answered.is_ok() && asked.elapsed() > request_bound() {
+                timing.notes.push(patience::slow_note(
+                    "the first session/new",
+                    asked.elapsed(),
+                    request_bound(),
+                ));
+            }
+            probe.session = match answered {
                 Ok(Ok(r)) => Ok(r),
                 Ok(Err(e)) => Err(outside_protocol("session/new", &e).unwrap_or_else(|| {
                     format!(
@@ -491,18 +555,22 @@ pub async fn probe(
             None
         }
     };
-    Ok((probe, conn))
+    Ok((probe, conn, timing))
 }
 
 /// Sends one request and reads until its answer, answering nothing else
-/// (the probe's agent has no reason to ask anything yet).
+/// (the probe's agent has no reason to ask anything yet): for `bound`,
+/// then a grace (`drive::patience`; no probe, since the agent may not be
+/// serving yet). An answer in the grace is an answer.
 async fn exchange(
     stream: &mut LineStream,
     monitor: &mut Monitor,
     message: &Value,
-    within: Duration,
+    bound: Duration,
     wrote: &mut bool,
 ) -> Result<Result<Value, Value>, ProbeError> {
+    let grace = patience::grace(bound);
+    let within = bound + grace;
     let key = monitor.sent(message).unwrap_or_default();
     let method = message["method"].as_str().unwrap_or("").to_owned();
     let lost = |wrote: bool, why: String| {
@@ -523,8 +591,8 @@ async fn exchange(
                 return Err(lost(
                     *wrote,
                     format!(
-                        "the agent did not answer {method} within {:.0}s",
-                        within.as_secs_f64()
+                        "the agent did not answer {method} within {}",
+                        patience::waited(within, bound, grace)
                     ),
                 ));
             }
@@ -637,6 +705,28 @@ struct CaseRun<'a> {
     asked_version: Option<Value>,
     /// The agent process, when it is a shared one.
     shared: Option<(Profile, Value, usize, usize)>,
+    /// The last cancel conform sent, which bounds the end of what it cancelled.
+    cancelled: Option<Cancelled>,
+}
+
+/// The requirements a turn that does not end after a cancel breaks.
+const CANCEL_RULE: &str = "acp.cancel.stop-reason-cancelled";
+const CANCEL_REQUEST_RULE: &str = "acp.cancel.request-must-respond-agent";
+
+/// A cancel conform sent: when, what it was, and what it cancels.
+#[derive(Debug, Clone)]
+struct Cancelled {
+    at: Instant,
+    /// The requirement an answer that never comes breaks.
+    rule: &'static str,
+    /// The notification, as the reports name it.
+    how: &'static str,
+    /// Whether acting on it is optional (`$/cancel_request`: "Cancellation
+    /// remains optional"), so a turn that visibly works on is no breach.
+    optional: bool,
+    /// The request it cancels (`$/cancel_request`), or every turn awaited
+    /// after it (`session/cancel`).
+    key: Option<String>,
 }
 
 impl Context {
@@ -796,11 +886,12 @@ impl Context {
                 holding_done: false,
             },
             config,
-            s: Session::new(stream, "agent", monitor, started, 0),
+            s: Session::new(stream, "agent", monitor, started, 0).with_liveness(PROBE),
             workspace: ws,
             mcp: None,
             asked_version: None,
             shared,
+            cancelled: None,
         };
         run.s
             .vars
@@ -997,7 +1088,7 @@ impl CaseRun<'_> {
         };
         match self
             .s
-            .answer(&mut self.role, &key, "session/new", REQUEST_DEADLINE)
+            .answer(&mut self.role, &key, "session/new", request_bound())
             .await
         {
             Some(Ok(result)) => self.set_session(result),
@@ -1012,26 +1103,37 @@ impl CaseRun<'_> {
         }
     }
 
-    /// Waits for the answer to a fresh process's `initialize`. The agent
-    /// answered the probe's: one that is only slow to start this time (a
-    /// loaded machine) is conform's bound (--startup-timeout), not the
-    /// agent's breach, so the case is skipped naming it. One that dies, or
-    /// whose answer comes, goes on to be judged.
+    /// Waits for the answer to a fresh process's `initialize`: the start-up
+    /// bound (`--startup-timeout`, adapted to the agent's first answer),
+    /// then a grace (no probe: an agent still starting answers nothing). The
+    /// agent answered the probe's: one that is only slow to start this time
+    /// (a loaded machine) is conform's bound, not the agent's breach, so the
+    /// case is skipped naming it; an answer in the grace is noted as slow.
+    /// One that dies, or whose answer comes, goes on to be judged.
     async fn started_in_time(&mut self, key: &str, startup: Duration) -> bool {
+        let start = Instant::now();
+        let grace = patience::grace(startup);
         let k = key.to_owned();
         self.s
-            .pump(&mut self.role, Instant::now() + startup, &|s| {
+            .pump(&mut self.role, start + startup + grace, &|s| {
                 s.answers.contains_key(&k) || s.closed
             })
             .await;
-        if self.s.answers.contains_key(key) || self.s.closed || self.s.ev.error.is_some() {
+        if self.s.answers.contains_key(key) {
+            if start.elapsed() > startup {
+                let note = patience::slow_note("initialize", start.elapsed(), startup);
+                self.s.ev.notes.push(note);
+            }
+            return true;
+        }
+        if self.s.closed || self.s.ev.error.is_some() {
             return true;
         }
         self.s.stalled = true;
         self.s.ev.skip(
             format!(
-                "the agent did not answer initialize within the start-up bound of {:.0}s (--startup-timeout), though it answered the probe's",
-                startup.as_secs_f64()
+                "the agent did not answer initialize within {} (--startup-timeout, adapted to its first answer), though it answered the probe's",
+                patience::waited(start.elapsed(), startup, grace)
             ),
             SkipKind::Outside,
         );
@@ -1120,6 +1222,17 @@ impl CaseRun<'_> {
                     self.s
                         .send(&json!({"jsonrpc": "2.0", "method": send.method, "params": params}))
                         .await;
+                    if send.method == "$/cancel_request"
+                        && let Some(id) = params.get("requestId")
+                    {
+                        self.cancelled = Some(Cancelled {
+                            at: Instant::now(),
+                            rule: CANCEL_REQUEST_RULE,
+                            how: "$/cancel_request",
+                            optional: true,
+                            key: Some(super::monitor::id_key(id)),
+                        });
+                    }
                     return;
                 }
                 let id = match &send.id {
@@ -1139,9 +1252,9 @@ impl CaseRun<'_> {
                 };
                 // A first initialize may take as long as the agent's start-up.
                 let default = if send.method == "initialize" {
-                    self.ctx.startup.max(REQUEST_DEADLINE)
+                    self.ctx.startup.max(request_bound())
                 } else {
-                    REQUEST_DEADLINE
+                    request_bound()
                 };
                 self.after_request(step, key, &send.method, default, before)
                     .await;
@@ -1155,12 +1268,14 @@ impl CaseRun<'_> {
                     return;
                 };
                 let what = format!("`{name}`");
-                let within = step.deadline_or(PROMPT_DEADLINE);
+                let within = step.deadline_or(turn_bound());
                 let answer = if method == "session/prompt" {
                     match self.await_turn(&key, &what, within).await {
                         TurnEnd::Answered(a) => Some(a),
                         TurnEnd::Over => None,
                     }
+                } else if let Some(c) = self.cancel_of(&key, false) {
+                    self.await_cancelled(&key, &what, within, c).await
                 } else {
                     let a = self.s.answer(&mut self.role, &key, &what, within).await;
                     // Bytes that are no request (a `raw` step's) are no rpc
@@ -1387,7 +1502,7 @@ impl CaseRun<'_> {
                 }
                 continue;
             }
-            let within = step.deadline_or(PROMPT_DEADLINE);
+            let within = step.deadline_or(turn_bound());
             let answer = match self.await_turn(&key, "session/prompt", within).await {
                 TurnEnd::Answered(a) => a,
                 TurnEnd::Over => return,
@@ -1425,8 +1540,8 @@ impl CaseRun<'_> {
         };
         self.s.ev.skip(
             format!(
-                "an earlier turn (in {case}) outlived conform's bound of {}s, so conform sends no more prompts to this agent",
-                PROMPT_DEADLINE.as_secs()
+                "an earlier turn (in {case}) outlived conform's bound of {}, so conform sends no more prompts to this agent",
+                patience::secs(turn_bound())
             ),
             SkipKind::Outside,
         );
@@ -1605,7 +1720,7 @@ impl CaseRun<'_> {
         };
         match self
             .s
-            .answer(&mut self.role, &key, "session/new", REQUEST_DEADLINE)
+            .answer(&mut self.role, &key, "session/new", request_bound())
             .await
         {
             Some(Ok(result)) => {
@@ -1744,39 +1859,155 @@ impl CaseRun<'_> {
         }
     }
 
-    /// Waits for a turn's answer. A turn that outlives conform's bound is
-    /// conform's limit, not the agent's breach: the case is skipped, naming
-    /// the bound, and the run sends no more prompts to this agent.
+    /// Waits for a turn's answer. A turn that outlives conform's bound gets
+    /// a grace, during which conform sends its liveness probe: an agent that
+    /// answers the probe is working, and a turn that outlives the grace too
+    /// is conform's limit, not the agent's breach (the case is skipped,
+    /// naming the bound, and the run sends no more prompts to this agent);
+    /// an agent that answers neither is stuck ("When a rpc call is made,
+    /// the Server MUST reply with a Response"). After a cancel, the bound is
+    /// the cancel's ([`Self::await_cancelled`]).
     async fn await_turn(&mut self, key: &str, what: &str, within: Duration) -> TurnEnd {
-        let k = key.to_owned();
-        self.s
-            .pump(&mut self.role, Instant::now() + within, &|s| {
-                s.answers.contains_key(&k)
-            })
-            .await;
-        if let Some(a) = self.s.answers.remove(key) {
+        if let Some(c) = self.cancel_of(key, true) {
+            return match self.await_cancelled(key, what, within, c).await {
+                Some(a) => TurnEnd::Answered(a),
+                None => TurnEnd::Over,
+            };
+        }
+        let waited = self.s.wait_patiently(&mut self.role, key, within).await;
+        if let Some(a) = waited.answer.clone() {
+            self.s.ev.notes.extend(waited.slow_note(what));
             return TurnEnd::Answered(a);
         }
-        if !self.s.closed && self.s.ev.error.is_none() {
+        match waited.liveness {
+            Liveness::Alive(_) | Liveness::Unprobed => {
+                self.ctx.stop_prompts(&self.case_id);
+                self.s.stalled = true;
+                self.s.ev.skip(
+                    format!(
+                        "the turn did not end within {}; {} (the sources set no deadline on a turn; a real model may need longer), so conform sends no more prompts to this agent",
+                        waited.waited(),
+                        waited.liveness.describe(PROBE.what)
+                    ),
+                    SkipKind::Outside,
+                );
+            }
+            Liveness::Stuck | Liveness::Gone => self.s.missing(what, &waited),
+        }
+        TurnEnd::Over
+    }
+
+    /// The cancel that bounds the answer to request `key`: a
+    /// `$/cancel_request` naming it, or for a turn (`turn`) a
+    /// `session/cancel` sent before it is awaited.
+    fn cancel_of(&self, key: &str, turn: bool) -> Option<Cancelled> {
+        let c = self.cancelled.as_ref()?;
+        match &c.key {
+            Some(k) => (k == key).then(|| c.clone()),
+            None => turn.then(|| c.clone()),
+        }
+    }
+
+    /// Waits for the answer to `key` after the cancel `c`: within
+    /// [`CANCEL_BOUND`] of the cancel, extended one bound at a time (up to
+    /// `within` from the cancel) while the agent visibly works on, then a
+    /// grace with the liveness probe. No answer breaks the cancel's
+    /// requirement, whatever the probe shows; an agent that was still
+    /// working on a request whose cancellation is optional is conform's
+    /// limit instead.
+    async fn await_cancelled(
+        &mut self,
+        key: &str,
+        what: &str,
+        within: Duration,
+        c: Cancelled,
+    ) -> Option<Result<Value, Value>> {
+        let bound = cancel_bound();
+        let ceiling = c.at + within.max(bound);
+        let mut until = c.at + bound;
+        let mut seen = self.counts();
+        let mut working = false;
+        let late = |s: &mut Session<Monitor>| {
+            let took = c.at.elapsed();
+            if took > bound {
+                s.ev.notes.push(patience::slow_note(
+                    &format!("{what} (after {})", c.how),
+                    took,
+                    bound,
+                ));
+            }
+        };
+        loop {
+            if let Some(a) = self.s.until_answered(&mut self.role, key, until).await {
+                late(&mut self.s);
+                return Some(a);
+            }
+            if self.s.closed || self.s.ev.error.is_some() {
+                break;
+            }
+            let now = self.counts();
+            working = now != seen;
+            if !working || until >= ceiling {
+                break;
+            }
+            seen = now;
+            until = (until + bound).min(ceiling);
+        }
+        let grace = patience::grace(bound);
+        let (answer, live) = self.s.in_grace(&mut self.role, key, grace).await;
+        if let Some(a) = answer {
+            late(&mut self.s);
+            return Some(a);
+        }
+        let waited = Waited {
+            answer: None,
+            after: c.at.elapsed(),
+            bound,
+            grace,
+            liveness: live,
+        };
+        if matches!(live, Liveness::Gone) {
+            self.s.missing(what, &waited);
+            return None;
+        }
+        self.s.stalled = true;
+        if c.optional && working && matches!(live, Liveness::Alive(_)) {
             self.ctx.stop_prompts(&self.case_id);
-            self.s.stalled = true;
             self.s.ev.skip(
                 format!(
-                    "the turn did not end within conform's bound of {:.0}s (the sources set no deadline on a turn; a real model may need longer), so conform sends no more prompts to this agent",
-                    within.as_secs_f64()
+                    "{what} was not answered within {} of {}, but the agent was still working on it (cancelling is optional, and it kept sending) and {}: conform's limit, so conform sends no more prompts to this agent",
+                    patience::secs(waited.after),
+                    c.how,
+                    live.describe(PROBE.what)
                 ),
                 SkipKind::Outside,
             );
-            return TurnEnd::Over;
+            return None;
         }
-        match self
-            .s
-            .answer(&mut self.role, key, what, Duration::ZERO)
-            .await
-        {
-            Some(a) => TurnEnd::Answered(a),
-            None => TurnEnd::Over,
+        let why = format!(
+            "no answer within {} of {} (conform's bound on an answer after a cancel is {} from the cancel{}, then a grace of {}); {}",
+            patience::secs(waited.after),
+            c.how,
+            patience::secs(bound),
+            if working {
+                format!(
+                    ", extended while the agent kept working, to at most {}",
+                    patience::secs(within.max(bound))
+                )
+            } else {
+                String::new()
+            },
+            patience::secs(grace),
+            live.describe(PROBE.what)
+        );
+        self.s
+            .ev
+            .broke(c.rule, Kind::Missing, format!("{what}: {why}"))
+            .seen(format!("an answer to {what} after {}", c.how), why);
+        if live == Liveness::Stuck {
+            self.s.missing(what, &waited);
         }
+        None
     }
 
     /// `session/cancel` for `session` while its turn runs, then the
@@ -1800,6 +2031,14 @@ impl CaseRun<'_> {
         self.s
             .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
             .await;
+        // The bound on the turn's end starts here.
+        self.cancelled = Some(Cancelled {
+            at: Instant::now(),
+            rule: CANCEL_RULE,
+            how: "session/cancel",
+            optional: false,
+            key: None,
+        });
         // "The Client MUST respond to all pending session/request_permission
         // requests with the cancelled outcome."
         let held = std::mem::take(&mut self.role.held);
@@ -2204,6 +2443,60 @@ mod tests {
         assert_eq!(r.outcome, Outcome::Skip, "{}", r.message);
         assert_eq!(r.skip_kind, Some(SkipKind::Outside));
         assert!(r.message.contains("bound of 60s"), "{}", r.message);
+    }
+
+    /// A turn conform cancels, then awaits.
+    const CANCELLED: &str = r#"{"id":"t/cancel","title":"a cancel","level":"MUST","requirements":["acp.cancel.stop-reason-cancelled"],
+        "steps":[{"prompt":{"text":"conform: wait"},"wait":false,"as":"turn"},{"cancel":"${session}"},
+            {"await":"turn","expect":{"result":{"stopReason":"cancelled"}}}]}"#;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_the_agent_and_its_probe_leave_unanswered_is_stuck_not_skipped() {
+        // No stop reason, and no answer to the liveness probe (an unknown
+        // method): the agent is stuck, which breaks "the Server MUST reply".
+        let r = run(
+            |m| {
+                m.pointer("/result/stopReason").is_none()
+                    && m.pointer("/error/code") != Some(&json!(-32601))
+            },
+            TURN,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let stuck = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(super::super::monitor::rules::REPLY))
+            .expect("a finding of the reply rule");
+        assert!(stuck.message.contains("it is stuck"), "{}", stuck.message);
+        assert!(stuck.message.contains("bound of 60s"), "{}", stuck.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_never_ends_after_session_cancel_fails_its_requirement() {
+        // The agent answers everything but the cancelled turn.
+        let r = run(
+            |m| m.pointer("/result/stopReason") != Some(&json!("cancelled")),
+            CANCELLED,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.requirement.as_deref() == Some(CANCEL_RULE))
+            .expect("a finding of the cancel rule");
+        assert!(f.message.contains("of session/cancel"), "{}", f.message);
+        assert!(
+            f.message.contains("so it still serves requests"),
+            "{}",
+            f.message
+        );
+        // The bound started at the cancel: not the turn's 60 s.
+        assert!(!f.message.contains("60s"), "{}", f.message);
+        // The same agent, cancelled turns answered: a pass.
+        let r = run(|_| true, CANCELLED).await;
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.message);
     }
 
     /// An agent whose fake model reads only the English of the read

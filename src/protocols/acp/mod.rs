@@ -153,10 +153,20 @@ pub async fn run(
     if let Some(path) = &options.prompts {
         book = book.with_user(path).map_err(RunError::Usage)?;
     }
-    let (probe, conn) = driver::probe(&launcher, options.startup_timeout)
+    let (probe, conn, timing) = driver::probe_timed(&launcher, options.startup_timeout)
         .await
         .map_err(|e| RunError::Target(format!("the agent could not be started: {e}")))?;
-    let mut notes = Vec::new();
+    let mut notes = timing.notes.clone();
+    // Start-up bounds adapt to what the agent showed (drive::patience).
+    let startup = timing.startup(options.startup_timeout);
+    if startup > options.startup_timeout {
+        notes.push(format!(
+            "the start-up bound for later agent processes is {}, adapted from --startup-timeout ({}) to the agent's first answer, which took {}",
+            crate::drive::patience::secs(startup),
+            crate::drive::patience::secs(options.startup_timeout),
+            crate::drive::patience::secs(timing.first_answer.unwrap_or_default()),
+        ));
+    }
     if let Err(why) = &probe.initialize {
         notes.push(format!(
             "the handshake failed before the run ({why}): the handshake cases say how, and every case that needs a handshake is skipped"
@@ -170,7 +180,7 @@ pub async fn run(
         launcher,
         options.strict,
         probe,
-        options.startup_timeout,
+        startup,
         book,
         options.isolate,
     );
