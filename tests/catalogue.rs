@@ -110,6 +110,44 @@ fn every_quote_from_the_vendored_sources_is_in_them() {
     );
 }
 
+/// Whether `quote` has an RFC 2119 word of MUST's level (MUST, REQUIRED,
+/// SHALL, with their NOT forms). Case is ignored: the agent-socket
+/// docstrings write them in lower case, and they count (README, "Levels").
+fn has_must_word(quote: &str) -> bool {
+    quote
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .any(|w| ["must", "required", "shall"].contains(&w.to_ascii_lowercase().as_str()))
+}
+
+/// The one rule of levels (README, "Levels"; issue 26, item 9): a MUST whose
+/// quote has no RFC 2119 word of that level is a MUST because the real peer
+/// breaks, refuses or misreads, and its reading says so, from the source.
+#[test]
+fn every_must_without_a_must_word_says_why_it_is_graded_must() {
+    let mut unexplained = Vec::new();
+    for protocol in [Protocol::AgentSocket, Protocol::Cwx] {
+        for r in &protocol.catalogue().requirements {
+            if r.level == conform::case::Level::Must
+                && !has_must_word(&r.quote)
+                && !r
+                    .reading
+                    .as_deref()
+                    .is_some_and(|t| t.contains("Graded MUST: "))
+            {
+                unexplained.push(r.id.clone());
+            }
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "MUSTs whose quote has no MUST word and whose reading has no \"Graded MUST: \": {unexplained:?}"
+    );
+    assert!(has_must_word("``execute`` must accept concurrent calls"));
+    assert!(has_must_word("The \"jsonrpc\" member MUST NOT be absent"));
+    assert!(!has_must_word("how long a ``tools/call`` may take"));
+    assert!(!has_must_word("the host mustard"));
+}
+
 mod acp {
     use conform::case::load;
     use conform::protocols::acp;
