@@ -319,6 +319,11 @@ fn report_settings() -> insta::Settings {
     // conform's own path, in the MCP server it hands an agent: where the
     // checkout is (a message cut short shows more or less of it).
     settings.add_filter(r#""command":"[^"\n]*…"#, r#""command":"[conform]…"#);
+    // How long a liveness probe or a late answer took is the machine's.
+    settings.add_filter(
+        r"(answered [^\n]*? in |was answered after )\d+(\.\d+)?s",
+        "$1[t]s",
+    );
     // A server that stops a command early stops it when its scheduler says.
     settings.add_filter(
         r"came \d+\.\d+s after the request",
