@@ -34,6 +34,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The id of conform's first request on a connection; the next count up
+/// from it. Set-up traffic uses ordinary values, so an agent that mishandles
+/// an edge id (0, negative, null, a string, past 2^53) fails the case about
+/// that id (`acp/jsonrpc/id-*`), not the handshake every case needs.
+pub const FIRST_ID: i64 = 1;
 /// How long a request may take unless a step says otherwise.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The request that asks whether the agent still serves.
@@ -392,13 +397,13 @@ pub async fn probe(
         session: Err("not probed".into()),
         capabilities: json!({}),
     };
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+    let init = json!({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize",
         "params": initialize_params(Profile::All.capabilities())});
     let result = match exchange(&mut stream, &mut monitor, &init, startup, &mut wrote).await {
         Ok(Ok(init)) => {
             probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
             probe.initialize = Ok(init);
-            let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+            let new = json!({"jsonrpc": "2.0", "id": FIRST_ID + 1, "method": "session/new",
                 "params": {"cwd": workspace.path(), "mcpServers": []}});
             probe.session = match exchange(
                 &mut stream,
@@ -705,7 +710,7 @@ impl Context {
         let mut stream = spawn(Some(self), &self.launcher).ok()?;
         let number = self.started.load(Ordering::Relaxed);
         let mut monitor = Monitor::new();
-        let init = json!({"jsonrpc": "2.0", "id": "conform-init", "method": "initialize",
+        let init = json!({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize",
             "params": initialize_params(profile.capabilities())});
         let mut wrote = false;
         match exchange(&mut stream, &mut monitor, &init, self.startup, &mut wrote).await {
@@ -777,7 +782,7 @@ impl Context {
                 holding_done: false,
             },
             config,
-            s: Session::new(stream, "agent", monitor, started, 0),
+            s: Session::new(stream, "agent", monitor, started, FIRST_ID),
             workspace: ws,
             mcp: None,
             asked_version: None,
