@@ -190,6 +190,9 @@ pub struct Monitor {
     /// Fields at the root of a result that the vendored schema does not
     /// define: (method, field).
     pub unknown_root_fields: BTreeSet<(String, String)>,
+    /// Messages the schema refuses and a v1 page shows so: accepted, each
+    /// with the note that names both sources (`schema::PAGE_READINGS`).
+    pub page_readings: BTreeSet<String>,
 }
 
 /// The most tool call ids (and agent requests) a connection keeps track of:
@@ -524,13 +527,19 @@ impl Monitor {
     }
 
     fn check_schema(&mut self, def: &str, what: &str, value: &Value) {
-        let errors = schema::schema().violations(def, value);
-        if !errors.is_empty() {
-            self.violate(
+        match schema::schema().judge(def, value) {
+            schema::Judged::Valid => {}
+            schema::Judged::Broken(errors) => self.violate(
                 rules::SCHEMA,
                 Kind::Shape,
                 format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
-            );
+            ),
+            // Where a page and the schema disagree, both readings pass.
+            schema::Judged::PageReading(note) => {
+                if self.page_readings.len() < 16 {
+                    self.page_readings.insert(format!("{what}: {note}"));
+                }
+            }
         }
     }
 
