@@ -59,6 +59,27 @@ fn requirement_verdict(outcomes: &[(Outcome, bool)]) -> &'static str {
     }
 }
 
+/// A case's message as evidence for `requirement`: what it found, and,
+/// when it failed on something else, that this requirement is not charged.
+fn evidence_message(c: &crate::outcome::CaseResult, requirement: &str, strict: bool) -> String {
+    let message = crate::matcher::truncate(&c.message, 500);
+    if c.outcome_for(requirement, strict).is_some() {
+        return message;
+    }
+    let setup = c.findings.iter().any(|f| f.setup);
+    let named: Vec<&str> = c
+        .findings
+        .iter()
+        .filter_map(|f| f.requirement.as_deref())
+        .collect();
+    let why = if setup && named.is_empty() {
+        "its set-up failed".to_owned()
+    } else {
+        format!("its findings name {}", named.join(", "))
+    };
+    format!("(not counted against {requirement}: {why}) {message}")
+}
+
 /// The bundle of a finished run. `complete` is false when a filter or a
 /// shard selected part of the suite.
 pub fn bundle(
@@ -77,9 +98,15 @@ pub fn bundle(
         .filter(|r| r.role == report.role)
     {
         let cases: Vec<_> = report.cases.iter().filter(|c| c.touches(&r.id)).collect();
+        // Each case's outcome for this requirement, from its typed findings
+        // (`CaseResult::outcome_for`): a case that failed on another
+        // requirement's finding, or on its set-up, does not fail this one.
         let outcomes: Vec<(Outcome, bool)> = cases
             .iter()
-            .map(|c| (c.outcome, report.waivers.contains_key(&c.id)))
+            .filter_map(|c| {
+                let o = c.outcome_for(&r.id, report.strict)?;
+                Some((o, report.waivers.contains_key(&c.id)))
+            })
             .collect();
         let mut verdict = requirement_verdict(&outcomes);
         if verdict == "not-exercised" {
@@ -106,7 +133,7 @@ pub fn bundle(
                 "case": c.id,
                 "outcome": c.outcome,
                 "waiver": report.waivers.get(&c.id),
-                "message": crate::matcher::truncate(&c.message, 500),
+                "message": evidence_message(c, &r.id, report.strict),
             })).collect::<Vec<_>>(),
         });
         // A baseline may accept that a run cannot exercise a MUST; a
@@ -242,6 +269,7 @@ pub fn write(dir: &std::path::Path, b: &Value) -> Result<(), crate::error::RunEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::CaseResult;
 
     #[test]
     fn a_requirement_is_judged_by_its_worst_unwaived_case() {
@@ -258,5 +286,71 @@ mod tests {
         );
         assert_eq!(requirement_verdict(&[(Fail, true), (Fail, false)]), "fail");
         assert_eq!(requirement_verdict(&[(Warn, false), (Pass, false)]), "warn");
+    }
+
+    fn case(id: &str, requirements: &[&str], evidence: crate::evidence::Evidence) -> CaseResult {
+        let catalogue = crate::protocols::acp::AGENT.catalogue();
+        let g = crate::evidence::grade(Level::Must, evidence, catalogue, false);
+        CaseResult {
+            id: id.into(),
+            title: id.into(),
+            level: Level::Must,
+            requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
+            outcome: g.outcome,
+            message: g.message,
+            duration_ms: 0,
+            skip_kind: g.skip_kind,
+            findings: g.findings,
+            transcript: vec![],
+            exercised: vec![],
+        }
+    }
+
+    fn verdicts(cases: Vec<CaseResult>) -> std::collections::BTreeMap<String, String> {
+        let suite = crate::protocols::acp::AGENT;
+        let report = RunReport::new(&suite, "t".into(), false, cases, vec![]);
+        let b = bundle(&report, suite.catalogue(), suite.watched, "d", true);
+        b["requirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap().to_owned(),
+                    r["verdict"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Issue 26 item 12: a tool-call-id finding in a case that lists
+    /// acp.fs.no-call-without-capability fails acp.tool.call-id-unique,
+    /// not the fs requirement, whose own case passed.
+    #[test]
+    fn a_finding_counts_against_the_requirement_it_names_only() {
+        use crate::evidence::{Evidence, Kind};
+        const FS: &str = "acp.fs.no-call-without-capability";
+        const TOOL: &str = "acp.tool.call-id-unique";
+        let mut tool = Evidence::default();
+        tool.broke(TOOL, Kind::Rule, "a tool_call announces an id again");
+        let v = verdicts(vec![
+            case("fs/withheld", &[FS], Evidence::default()),
+            case("fs/with-a-tool", &[FS], tool),
+        ]);
+        assert_eq!(v[FS], "pass");
+        assert_eq!(v[TOOL], "fail");
+        // The case's own expectation counts against what it lists.
+        let mut own = Evidence::default();
+        own.fail(Kind::Mismatch, "result.x: expected 1, got 2");
+        let v = verdicts(vec![case("fs/own", &[FS, TOOL], own)]);
+        assert_eq!((v[FS].as_str(), v[TOOL].as_str()), ("fail", "fail"));
+        // A set-up failure counts against none; the case still fails.
+        let mut setup = Evidence::default();
+        setup.setup_failed(Kind::WrongKind, "set-up: session/new failed (-32603)");
+        let c = case("fs/setup", &[FS], setup);
+        assert_eq!(c.outcome, Outcome::Fail);
+        assert_eq!(c.outcome_for(FS, false), None);
+        let v = verdicts(vec![c, case("fs/withheld", &[FS], Evidence::default())]);
+        assert_eq!(v[FS], "pass");
     }
 }

@@ -64,6 +64,11 @@ pub struct Finding {
     /// The transcript entry the finding is about, where there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub at: Option<usize>,
+    /// A set-up step of the case failed (its handshake, its session): the
+    /// case fails, but no requirement it lists is the one broken, so the
+    /// certificate counts it against none.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub setup: bool,
 }
 
 impl Finding {
@@ -76,6 +81,7 @@ impl Finding {
             expected: None,
             actual: None,
             at: None,
+            setup: false,
         }
     }
 
@@ -120,6 +126,7 @@ impl From<crate::matcher::Mismatch> for Finding {
             expected: m.expected,
             actual: m.actual,
             at: None,
+            setup: false,
         }
     }
 }
@@ -182,6 +189,14 @@ impl Evidence {
         message: impl Into<String>,
     ) -> &mut Finding {
         self.push(Finding::new(Some(requirement), kind, message))
+    }
+
+    /// A set-up step of the case failed: graded as the case's own check,
+    /// counted against none of its requirements.
+    pub fn setup_failed(&mut self, kind: Kind, message: impl Into<String>) -> &mut Finding {
+        let f = self.push(Finding::new(None, kind, message));
+        f.setup = true;
+        f
     }
 
     pub fn observe(&mut self, what: impl Into<String>) {

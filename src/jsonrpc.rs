@@ -161,16 +161,14 @@ pub fn envelope_violations(reply: &Reply, request_id: Option<&Value>) -> Vec<Str
     out
 }
 
-/// Ids are compared as JSON values, numbers by value (`1` and `1.0` differ in
-/// type, and JSON-RPC says ids "SHOULD NOT contain fractional parts").
-fn same_id(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
-            (Some(x), Some(y)) => x == y,
-            _ => x.as_u64().zip(y.as_u64()).is_some_and(|(x, y)| x == y) || x == y,
-        },
-        _ => a == b,
-    }
+/// Ids are compared as JSON values: a number by its exact decimal value
+/// however it is spelled (`7`, `7.0`, `7e0`; `-0` and `0`), so `2^53 + 1`
+/// and `2^53`, or `2^64 - 1` and `2^64 - 2`, stay two ids ("It MUST be the
+/// same as the value of the id member in the Request Object"); a string
+/// only as the same string, null only as null.
+pub fn same_id(a: &Value, b: &Value) -> bool {
+    use crate::fuzz::readings::Id;
+    Id::from_value(a) == Id::from_value(b)
 }
 
 /// True when `line` is JSON written without insignificant whitespace, the way
@@ -462,6 +460,41 @@ mod tests {
         let null_id =
             reply(json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}));
         assert!(envelope_violations(&null_id, None).is_empty());
+    }
+
+    /// Each id reading: the same value matches however it is written,
+    /// another value (or another type) does not.
+    #[test]
+    fn ids_match_by_exact_value() {
+        let v = |t: &str| parse_json(t.as_bytes()).unwrap();
+        for (a, b) in [
+            ("0", "0"),
+            ("0", "-0"),
+            ("-1", "-1"),
+            ("7", "7.0"),
+            ("100", "1e2"),
+            ("7.5", "7.5"),
+            ("9007199254740993", "9007199254740993"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("\"x\"", "\"x\""),
+            ("null", "null"),
+        ] {
+            assert!(same_id(&v(a), &v(b)), "{a} and {b}");
+        }
+        for (a, b) in [
+            ("0", "1"),
+            ("0", "null"),
+            ("0", "false"),
+            ("0", "\"0\""),
+            ("-1", "1"),
+            ("7.5", "7"),
+            ("9007199254740993", "9007199254740992"),
+            ("18446744073709551615", "18446744073709551614"),
+            ("-9223372036854775808", "-9223372036854775807"),
+            ("\"\"", "null"),
+        ] {
+            assert!(!same_id(&v(a), &v(b)), "{a} and {b}");
+        }
     }
 
     #[test]

@@ -287,6 +287,37 @@ impl CaseResult {
     }
 
     /// Whether the case cites requirement `id` or found it broken.
+    /// What the case says of `requirement`, from its typed findings: a
+    /// finding counts against the requirement it names; the case's own
+    /// checks (expectations) against the requirements the case lists; a
+    /// set-up failure against none. A case that failed only on findings
+    /// that name other requirements, or on its set-up, says nothing of
+    /// `requirement` (`None`): it may have stopped before checking it.
+    pub fn outcome_for(&self, requirement: &str, strict: bool) -> Option<Outcome> {
+        if !matches!(self.outcome, Outcome::Fail | Outcome::Warn | Outcome::Info)
+            || self.findings.is_empty()
+        {
+            return self.touches(requirement).then_some(self.outcome);
+        }
+        let listed = self.requirements.iter().any(|r| r == requirement);
+        let grade =
+            |level: Option<Level>| Outcome::grade(level.unwrap_or(self.level), true, strict);
+        let mut worst: Option<Outcome> = None;
+        for f in &self.findings {
+            let counts = match &f.requirement {
+                Some(r) => r == requirement,
+                None => listed && !f.setup,
+            };
+            if counts {
+                let g = grade(f.level);
+                if worst.is_none_or(|w| g.severity() > w.severity()) {
+                    worst = Some(g);
+                }
+            }
+        }
+        worst
+    }
+
     pub fn touches(&self, id: &str) -> bool {
         self.requirements.iter().any(|r| r == id)
             || self

@@ -226,3 +226,44 @@ async fn cwx_regressions_pass_every_reading() {
         }
     }
 }
+
+/// Seed 11's input 28 (issue 26), replayed to the point where it once
+/// failed: `session/new` with a null id, then an update of the session its
+/// null-id result gave (the reference names its sessions
+/// `ref-<pid>-<n>`, and runs in this process). "MUST contain a String,
+/// Number, or NULL value if included": the result is session/new's, and
+/// the session is one the agent gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_null_id_session_new_gives_a_known_session() {
+    let session = format!("ref-{}-1", std::process::id());
+    let case = serde_json::json!({"cases": [{
+        "id": "acp/fuzz-regression/null-id-then-update",
+        "title": "a null-id session/new, then an update of its session",
+        "level": "MUST",
+        "requirements": ["acp.session.known-id"],
+        "config": {"setup": "initialize"},
+        "steps": [
+            {"raw": format!(
+                "{}\n{}\n",
+                r#"{"jsonrpc":"2.0","id":null,"method":"session/new","params":{"cwd":"${workspace}","mcpServers":[]}}"#,
+                serde_json::json!({"jsonrpc": "2.0", "id": "fuzz-mode", "method": "session/set_mode",
+                    "params": {"sessionId": session, "modeId": "ask"}})
+            )},
+            {"probe": true}
+        ]
+    }]});
+    let cases = crate::case::parse_cases::<acp::AgentCases>("null-id", &case.to_string()).unwrap();
+    let launcher = launcher(acp::reference::Agent::new, as_written, unchanged);
+    let ctx = acp::driver::Context::isolated(launcher, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let r = ctx.run_case(&cases[0]).await;
+    assert!(
+        r.transcript
+            .iter()
+            .any(|e| e.data.contains("current_mode_update") && e.data.contains(&session)),
+        "the reference updated the session: {:#?}",
+        r.transcript
+    );
+    passed(&r, "as written");
+}

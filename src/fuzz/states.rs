@@ -141,8 +141,10 @@ pub fn of(
     for m in messages(&bytes, framing) {
         let Some(r) = Readings::of(&m) else { continue };
         for o in &r.objects {
+            // A null id is a request's too ("MUST contain a String, Number,
+            // or NULL value"), when the message has a method.
             if let Some(id) = &o.id
-                && !id.is_null()
+                && (!id.is_null() || o.members.contains_key("method"))
             {
                 sent.push(Sent {
                     id: id.clone(),
@@ -171,28 +173,36 @@ pub fn of(
             continue;
         }
         let id = o.get("id").map(Id::from_value).unwrap_or(Id::Null);
-        if id.is_null() {
+        // A null-id error may be about any line no reader could take; a
+        // null-id result answers a request sent with a null id.
+        let request = (!id.is_null() || o.contains_key("result"))
+            .then(|| (0..sent.len()).find(|i| sent[*i].id == id && !answered[*i]))
+            .flatten();
+        if id.is_null() && request.is_none() {
             states.push(format!("[{phase}] (null id) → {}", answer(&o)));
             continue;
         }
         // An id none of the input's requests has answers conform's own.
-        for (i, s) in sent.iter().enumerate() {
-            if s.id == id && !answered[i] {
-                answered[i] = true;
-                let reading = if s.how == How::AsWritten {
-                    String::new()
-                } else {
-                    format!(" (the request read {})", s.how.describe())
-                };
-                states.push(format!("[{phase}] {} → {}{reading}", s.method, answer(&o)));
-                break;
-            }
+        if let Some(i) = request {
+            let s = &sent[i];
+            answered[i] = true;
+            let reading = if s.how == How::AsWritten {
+                String::new()
+            } else {
+                format!(" (the request read {})", s.how.describe())
+            };
+            let null = if id.is_null() { " (null id)" } else { "" };
+            states.push(format!(
+                "[{phase}] {}{null} → {}{reading}",
+                s.method,
+                answer(&o)
+            ));
         }
     }
     // Several readings of one request: answered under one, the others
     // are no requests left unanswered.
     for (i, s) in sent.iter().enumerate() {
-        if !answered[i] && s.how == How::AsWritten {
+        if !answered[i] && s.how == How::AsWritten && !s.id.is_null() {
             states.push(format!("[{phase}] {} → no answer", s.method));
         }
     }
@@ -242,6 +252,20 @@ mod tests {
                 "[initialize] initialize → no answer",
                 "[initialize] session/new → error -32602",
                 "[initialize] the target sends session/update",
+            ]
+        );
+        // A null-id request: its result is its method's, an error with a
+        // null id may be any line's.
+        let case = json!({"steps": [{"raw": "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"session/new\",\"params\":{}}\n{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"initialize\"}\n"}]});
+        r.transcript = vec![
+            received(r#"{"jsonrpc":"2.0","id":null,"result":{"sessionId":"s"}}"#),
+            received(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"m"}}"#),
+        ];
+        assert_eq!(
+            of(&case, &r, Framing::Lines, "initialize", &known),
+            vec![
+                "[initialize] (null id) → error -32602",
+                "[initialize] session/new (null id) → result",
             ]
         );
         let mut map = StateMap::default();

@@ -310,7 +310,7 @@ async fn workload(
     let init = call(
         stream,
         editor,
-        0,
+        1,
         "initialize",
         json!({"protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
@@ -328,7 +328,7 @@ async fn workload(
     let session = call(
         stream,
         editor,
-        1,
+        2,
         "session/new",
         json!({"cwd": cwd.display().to_string(), "mcpServers": []}),
         cancel,
@@ -339,7 +339,7 @@ async fn workload(
     let done = call(
         stream,
         editor,
-        2,
+        3,
         "session/prompt",
         json!({"sessionId": id, "prompt": [{"type": "text", "text": "conform"}]}),
         cancel,

@@ -35,6 +35,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The id of conform's first request on a connection; the next count up
+/// from it. Set-up traffic uses ordinary values, so an agent that mishandles
+/// an edge id (0, negative, null, a string, past 2^53) fails the case about
+/// that id (`acp/jsonrpc/id-*`), not the handshake every case needs.
+pub const FIRST_ID: i64 = 1;
 /// How long a request may take unless a step says otherwise.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// The request that asks whether the agent still serves.
@@ -463,7 +468,7 @@ pub async fn probe_timed(
         session: Err("not probed".into()),
         capabilities: json!({}),
     };
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+    let init = json!({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize",
         "params": initialize_params(Profile::All.capabilities())});
     let answered = exchange(&mut stream, &mut monitor, &init, startup, &mut wrote).await;
     if answered.is_ok() {
@@ -479,7 +484,7 @@ pub async fn probe_timed(
         Ok(Ok(init)) => {
             probe.capabilities = init.get("agentCapabilities").cloned().unwrap_or(json!({}));
             probe.initialize = Ok(init);
-            let new = json!({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+            let new = json!({"jsonrpc": "2.0", "id": FIRST_ID + 1, "method": "session/new",
                 "params": {"cwd": workspace.path(), "mcpServers": []}});
             let asked = Instant::now();
             let answered =
@@ -814,7 +819,7 @@ impl Context {
         let mut stream = spawn(Some(self), &self.launcher).ok()?;
         let number = self.started.load(Ordering::Relaxed);
         let mut monitor = Monitor::new();
-        let init = json!({"jsonrpc": "2.0", "id": "conform-init", "method": "initialize",
+        let init = json!({"jsonrpc": "2.0", "id": FIRST_ID, "method": "initialize",
             "params": initialize_params(profile.capabilities())});
         let mut wrote = false;
         match exchange(&mut stream, &mut monitor, &init, self.startup, &mut wrote).await {
@@ -886,7 +891,7 @@ impl Context {
                 holding_done: false,
             },
             config,
-            s: Session::new(stream, "agent", monitor, started, 0).with_liveness(PROBE),
+            s: Session::new(stream, "agent", monitor, started, FIRST_ID).with_liveness(PROBE),
             workspace: ws,
             mcp: None,
             asked_version: None,
@@ -1148,8 +1153,13 @@ impl CaseRun<'_> {
                 format!("{why}; {blamed} reports it, so this case is not failed for it again"),
                 SkipKind::Outside,
             );
-        } else {
+        } else if self.case_id == blamed {
             self.s.ev.fail(Kind::WrongKind, why);
+        } else {
+            // The case that checks this step was not selected: this case
+            // fails, so the run does not pass, but the failure is charged
+            // to none of the requirements this case is about.
+            self.s.ev.setup_failed(Kind::WrongKind, why);
         }
     }
 

@@ -234,7 +234,13 @@ impl Harness {
             .map_err(|e| format!("cannot start the agent: {e}"))?;
         let workspace = super::workspace()?;
         let ws = workspace.path().to_path_buf();
-        let mut s = Session::new(stream, "agent", Monitor::new(), Instant::now(), 0);
+        let mut s = Session::new(
+            stream,
+            "agent",
+            Monitor::new(),
+            Instant::now(),
+            driver::FIRST_ID,
+        );
         s.vars.set("workspace", json!(ws.display().to_string()));
         let mut role = Editing(Editor::new(ws, Permission::Allow));
         let params = driver::initialize_params(Profile::default().capabilities());

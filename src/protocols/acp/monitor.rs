@@ -174,13 +174,11 @@ pub struct Monitor {
     /// Turn responses received so far.
     pub turns_ended: usize,
     pub violations: Vec<Violation>,
-    /// Ids conform sent notifications with none, so a response with a null
-    /// id after a malformed line is not mistaken for an answer to nothing.
+    /// Lines conform wrote that the agent may answer with a null-id error
+    /// (a parse error, an invalid request), so such an error is not
+    /// mistaken for an answer to nothing.
     malformed_sent: usize,
     null_id_errors: usize,
-    /// Requests conform wrote with a null id, and results answering them.
-    null_id_requests: usize,
-    null_id_results: usize,
     seen_violation: BTreeSet<(String, String)>,
     /// What each session's turns did with tool calls, permissions and cancels.
     flows: HashMap<String, Flow>,
@@ -192,6 +190,9 @@ pub struct Monitor {
     /// Fields at the root of a result that the vendored schema does not
     /// define: (method, field).
     pub unknown_root_fields: BTreeSet<(String, String)>,
+    /// Messages the schema refuses and a v1 page shows so: accepted, each
+    /// with the note that names both sources (`schema::PAGE_READINGS`).
+    pub page_readings: BTreeSet<String>,
 }
 
 /// The most tool call ids (and agent requests) a connection keeps track of:
@@ -343,13 +344,16 @@ impl Monitor {
     }
 
     /// Expects an answer to `out` under `key`. A key already outstanding
-    /// (conform repeated an id) then expects one answer more, of no method.
+    /// (conform repeated an id) then expects one answer more: of the method
+    /// both requests are, when they are the same request, else of none.
     fn expect_answer(&mut self, key: String, out: Outstanding) {
         match self.outstanding.get_mut(&key) {
             Some(already) => {
                 *self.repeated.entry(key).or_default() += 1;
-                already.method = String::new();
-                already.params = Value::Null;
+                if already.method != out.method || already.params != out.params {
+                    already.method = String::new();
+                    already.params = Value::Null;
+                }
             }
             None => {
                 self.outstanding.insert(key, out);
@@ -443,14 +447,6 @@ impl Monitor {
         );
     }
 
-    /// Records a request conform wrote with a null id ("MUST contain a
-    /// String, Number, or NULL value"): its answer has a null id too, which
-    /// tells it from no other, so it is accepted once, result or error.
-    pub fn sent_null_id_request(&mut self) {
-        self.null_id_requests += 1;
-        self.malformed_sent += 1;
-    }
-
     /// Whether a request conform sent is still unanswered.
     pub fn is_outstanding(&self, key: &str) -> bool {
         self.outstanding.contains_key(key)
@@ -531,13 +527,19 @@ impl Monitor {
     }
 
     fn check_schema(&mut self, def: &str, what: &str, value: &Value) {
-        let errors = schema::schema().violations(def, value);
-        if !errors.is_empty() {
-            self.violate(
+        match schema::schema().judge(def, value) {
+            schema::Judged::Valid => {}
+            schema::Judged::Broken(errors) => self.violate(
                 rules::SCHEMA,
                 Kind::Shape,
                 format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
-            );
+            ),
+            // Where a page and the schema disagree, both readings pass.
+            schema::Judged::PageReading(note) => {
+                if self.page_readings.len() < 16 {
+                    self.page_readings.insert(format!("{what}: {note}"));
+                }
+            }
         }
     }
 
@@ -886,26 +888,25 @@ impl Monitor {
                 key = k.clone();
             }
         }
+        // A null-id error may be about a line no reader could take (its id
+        // "MUST be Null"), or answer a request conform sent with a null id.
+        // The line comes first: an error read as a turn's end that was not
+        // one would fail the turn's later updates; left unread, a request
+        // conform sent with a null id only stays outstanding.
+        if id.is_null() && has_error && !has_result && self.null_id_errors < self.malformed_sent {
+            self.null_id_errors += 1;
+            let error = o.get("error").cloned().unwrap_or(Value::Null);
+            self.check_schema("Error", "an error response", &error);
+            return Incoming::Response {
+                key,
+                method: String::new(),
+                outcome: Err(error),
+            };
+        }
+        // A request with a null id is a request ("MUST contain a String,
+        // Number, or NULL value if included"): a null-id result answers it,
+        // under the key its request was sent with.
         let Some(out) = self.take_outstanding(&key) else {
-            if id.is_null() && has_result && self.null_id_results < self.null_id_requests {
-                self.null_id_results += 1;
-                return Incoming::Response {
-                    key,
-                    method: String::new(),
-                    outcome: Ok(o.get("result").cloned().unwrap_or(Value::Null)),
-                };
-            }
-            if id.is_null() && has_error && self.null_id_errors < self.malformed_sent {
-                // An error about a line conform sent malformed on purpose.
-                self.null_id_errors += 1;
-                let error = o.get("error").cloned().unwrap_or(Value::Null);
-                self.check_schema("Error", "an error response", &error);
-                return Incoming::Response {
-                    key,
-                    method: String::new(),
-                    outcome: Err(error),
-                };
-            }
             // 2^53 + 1 answered as 2^53: a parser that reads numbers as
             // doubles (RFC 8259 section 6 allows it), not the schema's int64.
             if let Some(near) = self
@@ -1098,11 +1099,19 @@ impl Watch for Monitor {
             let Some(readings) = Readings::of(line) else {
                 continue;
             };
-            let mut null_id = false;
             for o in &readings.objects {
                 let method = o.members.get("method").and_then(Value::as_str);
                 match (&o.id, method) {
-                    (Some(Id::Null), _) => null_id = true,
+                    // A request like any other: a null id is legal ("MUST
+                    // contain a String, Number, or NULL value if included").
+                    (Some(Id::Null), Some(_)) => {
+                        let mut message = o.members.clone();
+                        message.insert("id".into(), Value::Null);
+                        Monitor::sent_exact(self, &Value::Object(message), Some(Id::Null));
+                    }
+                    // No request: an error about it has a null id, which
+                    // every raw line may get already.
+                    (Some(Id::Null), None) => {}
                     (Some(id), Some(_)) => {
                         let mut message = o.members.clone();
                         // An id no value holds (`1e400`) keeps a key of its own.
@@ -1119,9 +1128,6 @@ impl Watch for Monitor {
                         }
                     }
                 }
-            }
-            if null_id {
-                self.sent_null_id_request();
             }
         }
     }
@@ -1361,5 +1367,161 @@ mod tests {
         Monitor::received(&mut m, answer("0").as_bytes());
         Monitor::received(&mut m, answer("0").as_bytes());
         assert_eq!(requirements(&m), vec![rules::NOTIFICATION_UNANSWERED]);
+    }
+
+    fn mode_update(session: &str) -> Vec<u8> {
+        line(
+            json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,
+            "update":{"sessionUpdate":"current_mode_update","currentModeId":"ask"}}}),
+        )
+    }
+
+    /// Seed 11's input 28: `session/new` with a null id, answered with a
+    /// null id. "MUST contain a String, Number, or NULL value if included":
+    /// it is a request, and its reply gives the session.
+    #[test]
+    fn a_raw_request_with_a_null_id_is_answered_like_any_other() {
+        let mut m = initialized(json!({}));
+        Watch::sent_raw(
+            &mut m,
+            b"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"session/new\",\"params\":{\"cwd\":\"/w\",\"mcpServers\":[]}}\n",
+        );
+        let got = m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"result":{"sessionId":"s9"}}),
+        ));
+        assert!(
+            matches!(&got, Incoming::Response { method, .. } if method == "session/new"),
+            "{got:?}"
+        );
+        m.received(&mode_update("s9"));
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+        assert_eq!(m.new_session_ids, vec!["s1", "s9"]);
+        // One request, one answer.
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"result":{"sessionId":"s10"}}),
+        ));
+        assert_eq!(requirements(&m), vec![rules::NOTIFICATION_UNANSWERED]);
+    }
+
+    /// A null-id error beside a null-id request may be about either: it is
+    /// read as the parse error, and the request's own answer still counts.
+    #[test]
+    fn a_null_id_error_and_a_null_id_request_are_both_expected() {
+        let mut m = initialized(json!({}));
+        Watch::sent_raw(
+            &mut m,
+            b"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"session/new\",\"params\":{\"cwd\":\"/w\",\"mcpServers\":[]}}\n{oops\n",
+        );
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}),
+        ));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"result":{"sessionId":"s9"}}),
+        ));
+        m.received(&mode_update("s9"));
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+        // A request conform built with a null id, and no malformed line:
+        // its error answers it.
+        let mut m = initialized(json!({}));
+        let key = m.sent(&json!({"jsonrpc":"2.0","id":null,"method":"session/new","params":{}}));
+        let got = m.received(&line(
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Invalid params"}}),
+        ));
+        assert!(
+            matches!(got, Incoming::Response { key: k, .. } if key.as_deref() == Some(k.as_str()))
+        );
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+    }
+
+    /// Every kind of id conform may send comes back as itself and is
+    /// matched; another value is another id.
+    #[test]
+    fn every_id_reading_matches_its_own_answer_only() {
+        // (the id sent, the same id as an agent may write it, another id)
+        let cases: &[(&str, &str, &str)] = &[
+            ("0", "0", "1"),
+            ("0", "-0", "false"),
+            ("-1", "-1", "1"),
+            (
+                "-9007199254740993",
+                "-9007199254740993",
+                "-9007199254740992.5",
+            ),
+            ("7.5", "7.5", "7"),
+            ("7", "7.0", "7.5"),
+            ("1e2", "100", "1e3"),
+            ("9007199254740993", "9007199254740993", "9007199254740994"),
+            (
+                "18446744073709551615",
+                "18446744073709551615",
+                "18446744073709551614",
+            ),
+            ("\"\"", "\"\"", "null"),
+            ("\"0\"", "\"0\"", "\"00\""),
+            ("\"a\\u00e9\"", "\"a\u{e9}\"", "\"a\""),
+            ("null", "null", "0"),
+        ];
+        for (sent, same, other) in cases {
+            let request = format!(
+                r#"{{"jsonrpc":"2.0","id":{sent},"method":"initialize","params":{{"protocolVersion":1,"clientCapabilities":{{}}}}}}"#
+            );
+            let answer = |id: &str| {
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":1}}}}"#)
+            };
+            let mut m = Monitor::new();
+            Watch::sent_raw(&mut m, format!("{request}\n").as_bytes());
+            let got = m.received(answer(same).as_bytes());
+            assert!(
+                matches!(&got, Incoming::Response { method, .. } if method == "initialize"),
+                "{sent} answered as {same}: {got:?} {:?}",
+                m.violations
+            );
+            assert!(
+                m.violations.is_empty(),
+                "{sent} answered as {same}: {:?}",
+                m.violations
+            );
+            let mut m = Monitor::new();
+            Watch::sent_raw(&mut m, format!("{request}\n").as_bytes());
+            m.received(answer(other).as_bytes());
+            assert!(
+                !m.violations.is_empty(),
+                "{sent} answered as {other} was taken for its answer"
+            );
+        }
+    }
+
+    /// The same request sent twice under one id: each answer is its
+    /// method's, and a third is an answer to nothing.
+    #[test]
+    fn a_repeated_id_is_answered_once_per_request() {
+        let mut m = initialized(json!({}));
+        let new = br#"{"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}"#;
+        Watch::sent_raw(&mut m, &[&new[..], b"\n", &new[..], b"\n"].concat());
+        for s in ["s7", "s8"] {
+            m.received(&line(
+                json!({"jsonrpc":"2.0","id":5,"result":{"sessionId":s}}),
+            ));
+            m.received(&mode_update(s));
+        }
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":5,"result":{"sessionId":"s9"}}),
+        ));
+        assert_eq!(requirements(&m), vec![rules::NOTIFICATION_UNANSWERED]);
+        // Two different requests under one id: neither answer is read as
+        // a method's, and neither is a violation.
+        let mut m = initialized(json!({}));
+        Watch::sent_raw(
+            &mut m,
+            b"{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session/new\",\"params\":{\"cwd\":\"/w\",\"mcpServers\":[]}}\n{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"session/list\",\"params\":{}}\n",
+        );
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":6,"result":{"sessions":[]}}),
+        ));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":6,"result":{"sessionId":"s7"}}),
+        ));
+        assert!(m.violations.is_empty(), "{:?}", m.violations);
     }
 }

@@ -228,6 +228,96 @@ impl Schema {
     }
 }
 
+/// A message as a v1 page shows it where the schema defines it otherwise
+/// (found by `scripts/check_doc_examples.py`). Both are sources: conform
+/// accepts the page's reading too, and reports the disagreement as
+/// information naming both.
+pub struct PageReading {
+    /// The schema definition the page's example breaks.
+    pub def: &'static str,
+    /// The page, and what it shows.
+    pub page: &'static str,
+    /// Whether `value` is the page's reading.
+    pub holds: fn(&Value) -> bool,
+}
+
+/// Every disagreement between the v1 pages' examples and the schema.
+pub const PAGE_READINGS: &[PageReading] = &[
+    PageReading {
+        def: "WriteTextFileResponse",
+        page: "file-system.mdx (\"The Client responds with an empty result on success\", shown as `\"result\": null`)",
+        holds: Value::is_null,
+    },
+    PageReading {
+        def: "LoadSessionResponse",
+        page: "session-setup.mdx (the response to session/load after the replay, shown as `\"result\": null`)",
+        holds: Value::is_null,
+    },
+    PageReading {
+        def: "SessionNotification",
+        page: "session-modes.mdx (a current_mode_update with `modeId`, where the schema's CurrentModeUpdate has `currentModeId`)",
+        holds: |v| {
+            v.pointer("/update/sessionUpdate") == Some(&json!("current_mode_update"))
+                && v.pointer("/update/modeId").is_some_and(Value::is_string)
+                && v.pointer("/update/currentModeId").is_none()
+                && v.get("sessionId").is_some_and(Value::is_string)
+        },
+    },
+    PageReading {
+        def: "RequestPermissionRequest",
+        page: "session-modes.mdx (a tool call whose `content` holds a content block `{\"type\": \"text\", ...}` itself, where the schema's ToolCallContent wraps it as `{\"type\": \"content\", \"content\": {...}}`)",
+        holds: |v| {
+            let mut v = v.clone();
+            let Some(items) = v
+                .pointer_mut("/toolCall/content")
+                .and_then(Value::as_array_mut)
+            else {
+                return false;
+            };
+            for item in items.iter_mut() {
+                if item.get("type") == Some(&json!("text")) {
+                    *item = json!({"type": "content", "content": item.clone()});
+                }
+            }
+            schema()
+                .violations("RequestPermissionRequest", &v)
+                .is_empty()
+        },
+    },
+];
+
+/// How a value stands against a definition and the pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    Valid,
+    /// The schema's violations; no page shows the value so either.
+    Broken(Vec<String>),
+    /// The schema refuses it, a page shows it: accepted, with a note
+    /// naming both sources.
+    PageReading(String),
+}
+
+impl Schema {
+    /// `value` against `def`, a page's reading accepted (see [`PAGE_READINGS`]).
+    pub fn judge(&self, def: &str, value: &Value) -> Judged {
+        let errors = self.violations(def, value);
+        if errors.is_empty() {
+            return Judged::Valid;
+        }
+        match PAGE_READINGS
+            .iter()
+            .find(|r| r.def == def && (r.holds)(value))
+        {
+            Some(r) => Judged::PageReading(format!(
+                "the sources disagree: the v1 page {} and the schema (schema.json {def}: {}) give two readings; conform accepts both",
+                r.page,
+                errors.join("; ")
+            )),
+            None => Judged::Broken(errors),
+        }
+    }
+}
+
 /// The instance path of an error as a JSON pointer ("" for the whole value).
 fn path(e: &ValidationError<'_>) -> String {
     e.instance_path().to_string()
@@ -358,6 +448,47 @@ mod tests {
                 .any(|e| e.starts_with("at /agentCapabilities/loadSession:")),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn every_page_reading_is_one_the_schema_refuses_and_only_it_passes() {
+        let s = schema();
+        let examples = [
+            ("WriteTextFileResponse", json!(null)),
+            ("LoadSessionResponse", json!(null)),
+            (
+                "SessionNotification",
+                json!({"sessionId": "s", "update": {"sessionUpdate": "current_mode_update", "modeId": "code"}}),
+            ),
+            (
+                "RequestPermissionRequest",
+                json!({"sessionId": "s", "toolCall": {"toolCallId": "c", "title": "t",
+                    "kind": "switch_mode", "status": "pending",
+                    "content": [{"type": "text", "text": "## Plan"}]},
+                    "options": [{"optionId": "a", "name": "Yes", "kind": "allow_once"}]}),
+            ),
+        ];
+        assert_eq!(examples.len(), PAGE_READINGS.len());
+        for (def, v) in examples {
+            assert!(
+                !s.violations(def, &v).is_empty(),
+                "{def}: the schema refuses it"
+            );
+            assert!(
+                matches!(s.judge(def, &v), Judged::PageReading(ref n) if n.contains(".mdx") && n.contains(def)),
+                "{def}"
+            );
+        }
+        // What neither source shows still breaks the schema.
+        assert!(matches!(
+            s.judge("WriteTextFileResponse", &json!(7)),
+            Judged::Broken(_)
+        ));
+        let wrong = json!({"sessionId": "s", "update": {"sessionUpdate": "current_mode_update", "modeId": 7}});
+        assert!(matches!(
+            s.judge("SessionNotification", &wrong),
+            Judged::Broken(_)
+        ));
     }
 
     #[test]

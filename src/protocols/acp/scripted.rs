@@ -593,21 +593,24 @@ pub fn evidence(case: &Case<super::ClientCases>, events: &[Event], end: ClientEn
             return ev;
         }
     }
-    let broken = every_message(events, &r)
+    let (broken, notes) = every_message(events, &r);
+    let broken = broken
         .into_iter()
         .map(|(rule, why)| {
             let kind = kind_of(&rule);
             (rule, kind, why)
         })
         .collect();
-    crate::peer::evidence(
+    let mut ev = crate::peer::evidence(
         broken,
         &case.steps,
         |s| s.info,
         |s| check_step(&s.check, events, &r, end),
         "client",
         describe(&r, end),
-    )
+    );
+    ev.notes.extend(notes);
+    ev
 }
 
 fn check_step(check: &ClientCheck, events: &[Event], r: &Read, end: ClientEnd) -> Check {
@@ -827,8 +830,14 @@ fn kind_of(rule: &str) -> Kind {
     }
 }
 
-fn every_message(events: &[Event], r: &Read) -> Vec<(String, String)> {
+/// The rules every message broke, and notes on readings where the sources
+/// disagree (information, never a failure).
+fn every_message(
+    events: &[Event],
+    r: &Read,
+) -> (Vec<(String, String)>, std::collections::BTreeSet<String>) {
     let mut out = Vec::new();
+    let mut notes = std::collections::BTreeSet::new();
     let schema = schema::schema();
     let mut initialized = false;
     let mut session_ready = false;
@@ -965,12 +974,15 @@ fn every_message(events: &[Event], r: &Read) -> Vec<(String, String)> {
                                 .filter(|s| s.side == Side::Client)
                                 .and_then(|s| s.result.clone())
                         {
-                            let v2 = schema.violations(&def, result);
-                            if !v2.is_empty() {
-                                out.push((
+                            match schema.judge(&def, result) {
+                                schema::Judged::Valid => {}
+                                schema::Judged::Broken(v2) => out.push((
                                     rules::SCHEMA.into(),
                                     format!("the answer to {m}: {}", v2.join("; ")),
-                                ));
+                                )),
+                                schema::Judged::PageReading(note) => {
+                                    notes.insert(format!("the answer to {m}: {note}"));
+                                }
                             }
                         }
                     }
@@ -979,12 +991,62 @@ fn every_message(events: &[Event], r: &Read) -> Vec<(String, String)> {
             Event::File { .. } => {}
         }
     }
-    out
+    (out, notes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 26 item 14: file-system.mdx shows `"result": null` as the
+    /// answer to fs/write_text_file, the schema an object. Both pass; the
+    /// disagreement is a note naming both. A result neither shows fails.
+    #[test]
+    fn a_write_answered_as_the_page_shows_passes_with_a_note() {
+        let events = |answer: &str| {
+            vec![
+                Event::In {
+                    t_ms: 0,
+                    line: r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{"fs":{"writeTextFile":true}}}}"#.into(),
+                    utf8: true,
+                },
+                Event::Out {
+                    t_ms: 1,
+                    line: r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"agentCapabilities":{}}}"#.into(),
+                },
+                Event::Out {
+                    t_ms: 2,
+                    line: r#"{"jsonrpc":"2.0","id":7,"method":"fs/write_text_file","params":{"sessionId":"s","path":"/w/a","content":"x"}}"#.into(),
+                },
+                Event::In {
+                    t_ms: 3,
+                    line: format!(r#"{{"jsonrpc":"2.0","id":7,"result":{answer}}}"#),
+                    utf8: true,
+                },
+            ]
+        };
+        let schema_rules = |answer: &str| {
+            let ev = events(answer);
+            let (broken, notes) = every_message(&ev, &read(&ev));
+            let rules: Vec<String> = broken
+                .into_iter()
+                .filter(|(r, _)| r == rules::SCHEMA)
+                .map(|(_, why)| why)
+                .collect();
+            (rules, notes)
+        };
+        let (broken, notes) = schema_rules("null");
+        assert!(broken.is_empty(), "{broken:?}");
+        let note = notes.iter().next().expect("a note");
+        assert!(note.contains("file-system.mdx") && note.contains("WriteTextFileResponse"));
+        let (broken, notes) = schema_rules("{}");
+        assert!(
+            broken.is_empty() && notes.is_empty(),
+            "{broken:?} {notes:?}"
+        );
+        let (broken, _) = schema_rules("7");
+        assert_eq!(broken.len(), 1, "{broken:?}");
+    }
 
     #[test]
     fn the_best_suffix_starts_on_a_character() {

@@ -431,15 +431,10 @@ pub fn envelope(reply: &Reply, request_id: Option<&Value>) -> Vec<EnvelopeFindin
     out
 }
 
-/// Ids compared as JSON-RPC does: numbers by value, everything else exactly.
+/// Ids compared as JSON-RPC does: numbers by exact value, everything else
+/// exactly (`crate::jsonrpc::same_id`).
 fn same_id(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
-            (Some(x), Some(y)) => x == y,
-            _ => x.as_f64() == y.as_f64(),
-        },
-        _ => a == b,
-    }
+    crate::jsonrpc::same_id(a, b)
 }
 
 /// The requirements the shape and envelope layers name.
