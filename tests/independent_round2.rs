@@ -33,15 +33,16 @@ fn extension() -> String {
     )
 }
 
-/// The requirements of every failed case.
+/// The requirements the findings of failed cases name (a finding counts
+/// against the requirement it names, not every one its case lists).
 fn failed_requirements(report: &Value) -> BTreeSet<String> {
     report["cases"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|c| c["outcome"] == "fail")
-        .flat_map(|c| c["requirements"].as_array().cloned().unwrap_or_default())
-        .filter_map(|r| r.as_str().map(str::to_owned))
+        .flat_map(|c| c["findings"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f["requirement"].as_str().map(str::to_owned))
         .collect()
 }
 
