@@ -29,26 +29,7 @@ fn independent() -> String {
 
 /// `conform run --protocol acp` on `target` with `extra` and `env`, as JSON.
 fn run(target: &str, extra: &[&str], env: &[(&str, &str)]) -> (i32, Value, String) {
-    let out = support::conform()
-        .args([
-            "run",
-            "--protocol",
-            "acp",
-            "--format",
-            "json",
-            "--target",
-            target,
-        ])
-        .args(extra)
-        .envs(env.iter().copied())
-        .output()
-        .expect("conform runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        support::report_from(&out.stdout),
-        stderr,
-    )
+    support::run_protocol_json_env("acp", target, extra, env)
 }
 
 /// The requirements the findings of the case `id` name.

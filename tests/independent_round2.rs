@@ -47,26 +47,7 @@ fn failed_requirements(report: &Value) -> BTreeSet<String> {
 }
 
 fn run(protocol: &str, target: &str, extra: &[&str], env: &[(&str, &str)]) -> (i32, Value, String) {
-    let out = support::conform()
-        .args([
-            "run",
-            "--protocol",
-            protocol,
-            "--format",
-            "json",
-            "--target",
-            target,
-        ])
-        .args(extra)
-        .envs(env.iter().copied())
-        .output()
-        .expect("conform runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        support::report_from(&out.stdout),
-        stderr,
-    )
+    support::run_protocol_json_env(protocol, target, extra, env)
 }
 
 fn skip_without_python() -> bool {

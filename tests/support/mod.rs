@@ -61,6 +61,16 @@ pub fn run_json(target: &str, extra: &[&str]) -> (i32, Value, String) {
 
 /// `conform run --protocol <protocol>` with JSON output; returns (exit code, report).
 pub fn run_protocol_json(protocol: &str, target: &str, extra: &[&str]) -> (i32, Value, String) {
+    run_protocol_json_env(protocol, target, extra, &[])
+}
+
+/// [`run_protocol_json`] with `env` added to conform's environment.
+pub fn run_protocol_json_env(
+    protocol: &str,
+    target: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, Value, String) {
     let out = conform()
         .args([
             "run",
@@ -72,6 +82,7 @@ pub fn run_protocol_json(protocol: &str, target: &str, extra: &[&str]) -> (i32, 
             target,
         ])
         .args(extra)
+        .envs(env.iter().copied())
         .output()
         .expect("conform runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
