@@ -80,12 +80,18 @@ pub struct Outgoing {
     pub method: String,
     #[serde(default = "empty_object")]
     pub params: Value,
-    /// The request id; by default the driver's next one.
-    #[serde(default)]
+    /// The request id; by default the driver's next one. `"id": null` is
+    /// the id null (a request, JSON-RPC's "MAY be Null"), not an absent id.
+    #[serde(default, deserialize_with = "present")]
     pub id: Option<Value>,
     /// Send without an id.
     #[serde(default)]
     pub notification: bool,
+}
+
+/// A member that is present, null included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 fn empty_object() -> Value {
@@ -560,6 +566,8 @@ mod tests {
         assert!(step(json!({"send": {"method": "m"}, "wait": false})).is_err());
         assert!(step(json!({"send": {"method": "m", "notification": true}, "as": "n"})).is_err());
         assert!(step(json!({"send": {"method": "m", "notification": true, "id": 1}})).is_err());
+        let null = step(json!({"send": {"method": "m", "id": null}})).unwrap();
+        assert!(matches!(&null.action, Action::Send(send) if send.id == Some(Value::Null)));
         assert!(step(json!({"send": {"method": "m"}, "pauses": [{"at": 1, "ms": 1}]})).is_err());
         assert!(step(json!({"raw": "x", "pauses": [{"at": 1, "ms": 1}]})).is_ok());
         assert!(step(json!({"quiet": 61})).is_err());

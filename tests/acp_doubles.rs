@@ -208,7 +208,12 @@ const EVERYWHERE: &[(&str, &[&str], Option<&str>)] = &[
     ("capabilities-bad-type", &[], None),
     (
         "id-as-string",
-        &["jsonrpc/id-string", "jsonrpc/id-empty-string"],
+        // Numbers come back as strings; a string or null id is untouched.
+        &[
+            "jsonrpc/id-string",
+            "jsonrpc/id-empty-string",
+            "jsonrpc/id-null",
+        ],
         None,
     ),
     ("pretty-json", &[], Some("acp/init,acp/transport")),

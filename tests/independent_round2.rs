@@ -154,7 +154,9 @@ fn the_agents_deviations_fail_their_requirement() {
             "acp/jsonrpc/,acp/init/",
             "acp.jsonrpc.reply-to-request",
         ),
-        ("null_id_mishandled", "acp/jsonrpc/", "acp.jsonrpc.id-echo"),
+        // Its answer has no `id` member: JSON-RPC's response "id: This
+        // member is REQUIRED", the envelope requirement.
+        ("null_id_mishandled", "acp/jsonrpc/", "acp.jsonrpc.envelope"),
     ];
     let scale = [("CONFORM_BOUND_SCALE", "0.2")];
     let mut problems = Vec::new();

@@ -1137,7 +1137,7 @@ impl CaseRun<'_> {
         self.s.stalled = true;
         self.s.ev.skip(
             format!(
-                "the agent did not answer initialize within {} (--startup-timeout, adapted to its first answer), though it answered the probe's",
+                "the agent did not answer initialize within {}, though it answered the probe's (the bound is --startup-timeout, adapted to its first answer)",
                 patience::waited(start.elapsed(), startup, grace)
             ),
             SkipKind::Outside,
@@ -1930,14 +1930,10 @@ impl CaseRun<'_> {
         key: &str,
         what: &str,
         within: Duration,
-        c: Cancelled,
+        mut c: Cancelled,
     ) -> Option<Result<Value, Value>> {
         let bound = cancel_bound();
-        let ceiling = c.at + within.max(bound);
-        let mut until = c.at + bound;
-        let mut seen = self.counts();
-        let mut working = false;
-        let late = |s: &mut Session<Monitor>| {
+        let late = |s: &mut Session<Monitor>, c: &Cancelled| {
             let took = c.at.elapsed();
             if took > bound {
                 s.ev.notes.push(patience::slow_note(
@@ -1947,26 +1943,60 @@ impl CaseRun<'_> {
                 ));
             }
         };
+        let mut working = false;
         loop {
-            if let Some(a) = self.s.until_answered(&mut self.role, key, until).await {
-                late(&mut self.s);
-                return Some(a);
+            let ceiling = c.at + within.max(bound);
+            let mut until = c.at + bound;
+            let mut seen = self.counts();
+            loop {
+                if let Some(a) = self.s.until_answered(&mut self.role, key, until).await {
+                    late(&mut self.s, &c);
+                    return Some(a);
+                }
+                if self.s.closed || self.s.ev.error.is_some() {
+                    break;
+                }
+                let now = self.counts();
+                working = now != seen;
+                if !working || until >= ceiling {
+                    break;
+                }
+                seen = now;
+                until = (until + bound).min(ceiling);
             }
-            if self.s.closed || self.s.ev.error.is_some() {
+            if self.s.closed || self.s.ev.error.is_some() || !c.optional {
                 break;
             }
-            let now = self.counts();
-            working = now != seen;
-            if !working || until >= ceiling {
+            // Acting on `$/cancel_request` is optional ("Cancellation
+            // remains optional"), so an agent that ignores it answers when
+            // its turn ends; `session/cancel` is not optional ("the Agent
+            // MUST respond to the original session/prompt request with the
+            // cancelled stop reason"). A turn still running is cancelled so,
+            // and its answer is bounded from there.
+            let Some(session) = self.s.watch.session_of_turn(key) else {
                 break;
-            }
-            seen = now;
-            until = (until + bound).min(ceiling);
+            };
+            self.s.ev.notes.push(format!(
+                "{what} was not answered within {} of $/cancel_request (acting on it is optional): conform sent session/cancel, which is not",
+                patience::secs(c.at.elapsed())
+            ));
+            self.s
+                .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
+                .await;
+            c = Cancelled {
+                at: Instant::now(),
+                rule: CANCEL_REQUEST_RULE,
+                how: "$/cancel_request and then session/cancel",
+                optional: false,
+                key: Some(key.to_owned()),
+            };
+            self.cancelled = Some(c.clone());
+            self.answer_held().await;
         }
         let grace = patience::grace(bound);
         let (answer, live) = self.s.in_grace(&mut self.role, key, grace).await;
         if let Some(a) = answer {
-            late(&mut self.s);
+            late(&mut self.s, &c);
             return Some(a);
         }
         let waited = Waited {
@@ -2049,8 +2079,13 @@ impl CaseRun<'_> {
             optional: false,
             key: None,
         });
-        // "The Client MUST respond to all pending session/request_permission
-        // requests with the cancelled outcome."
+        self.answer_held().await;
+    }
+
+    /// After a cancel, the agent's requests conform held back are answered:
+    /// "The Client MUST respond to all pending session/request_permission
+    /// requests with the cancelled outcome", and any other with its answer.
+    async fn answer_held(&mut self) {
         let held = std::mem::take(&mut self.role.held);
         for (id, method, params) in held {
             let a = if method == "session/request_permission" {

@@ -1066,6 +1066,13 @@ impl Monitor {
         matches!(self.sessions.get(session), Some(SessionState::Turn(_)))
     }
 
+    /// The session whose running turn is the `session/prompt` with `key`.
+    pub fn session_of_turn(&self, key: &str) -> Option<String> {
+        self.sessions.iter().find_map(|(session, state)| {
+            matches!(state, SessionState::Turn(k) if k == key).then(|| session.clone())
+        })
+    }
+
     /// The client capabilities conform advertised.
     pub fn client_capabilities(&self) -> &Value {
         &self.client_capabilities
