@@ -22,9 +22,19 @@ fn an_agent_that_drops_id_zero_gets_a_full_report_failing_the_id_case() {
     );
     let (code, report, stderr) = run_protocol_json("acp", &target, &["-j", "4"]);
     assert_eq!(code, 1, "{stderr}\n{report:#}");
+    // Each falsy id's case fails: id-zero on a connection already
+    // initialized; id-empty-string and id-null on the connection's first
+    // initialize, which the agent never answers: the liveness probe on that
+    // connection tells its silence from a slow start (no skip).
     assert_eq!(
         outcome_ids(&report, "fail"),
-        ["acp/jsonrpc/id-zero".to_owned()].into(),
+        [
+            "acp/jsonrpc/id-empty-string",
+            "acp/jsonrpc/id-null",
+            "acp/jsonrpc/id-zero"
+        ]
+        .map(str::to_owned)
+        .into(),
         "{report:#}"
     );
     let zero = report["cases"]

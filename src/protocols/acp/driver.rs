@@ -1110,11 +1110,14 @@ impl CaseRun<'_> {
 
     /// Waits for the answer to a fresh process's `initialize`: the start-up
     /// bound (`--startup-timeout`, adapted to the agent's first answer),
-    /// then a grace (no probe: an agent still starting answers nothing). The
-    /// agent answered the probe's: one that is only slow to start this time
-    /// (a loaded machine) is conform's bound, not the agent's breach, so the
-    /// case is skipped naming it; an answer in the grace is noted as slow.
-    /// One that dies, or whose answer comes, goes on to be judged.
+    /// then a grace (no probe: an agent still starting answers nothing),
+    /// then the liveness probe for a grace more. The agent answered the
+    /// run's probe process: one that answers neither here is only slow to
+    /// start this time (a loaded machine), conform's bound, not the agent's
+    /// breach, so the case is skipped naming it. One that answers the probe
+    /// and not this initialize fails the reply rule; an answer in a grace
+    /// is noted as slow. One that dies, or whose answer comes, goes on to
+    /// be judged.
     async fn started_in_time(&mut self, key: &str, startup: Duration) -> bool {
         let start = Instant::now();
         let grace = patience::grace(startup);
@@ -1134,11 +1137,33 @@ impl CaseRun<'_> {
         if self.s.closed || self.s.ev.error.is_some() {
             return true;
         }
+        // Then the liveness probe on this connection, for one grace more:
+        // an agent still starting answers nothing, one that serves answers
+        // the probe, and its silence on this initialize is its own (an id it
+        // takes for a notification's, a request it dropped).
+        let (answer, live) = self.s.in_grace(&mut self.role, key, grace).await;
+        if let Some(a) = answer {
+            let note = patience::slow_note("initialize", start.elapsed(), startup);
+            self.s.ev.notes.push(note);
+            self.s.answers.insert(key.to_owned(), a);
+            return true;
+        }
+        if matches!(live, Liveness::Alive(_) | Liveness::Gone) {
+            let waited = patience::Waited {
+                answer: None,
+                after: start.elapsed(),
+                bound: startup,
+                grace: grace + grace,
+                liveness: live,
+            };
+            self.s.missing("initialize", &waited);
+            return false;
+        }
         self.s.stalled = true;
         self.s.ev.skip(
             format!(
-                "the agent did not answer initialize within {}, though it answered the probe's (the bound is --startup-timeout, adapted to its first answer)",
-                patience::waited(start.elapsed(), startup, grace)
+                "the agent did not answer initialize within {}, nor the probe on its connection, though another process answered the run's (the bound is --startup-timeout, adapted to its first answer)",
+                patience::waited(start.elapsed(), startup, grace + grace)
             ),
             SkipKind::Outside,
         );
