@@ -139,6 +139,21 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| a.to_string()).collect()
 }
 
+/// `conform run` of the slow agent-socket cases, one at a time, on `target`.
+fn slow_run(target: &str) -> Vec<String> {
+    strings(&[
+        "run",
+        "--protocol",
+        "agent-socket",
+        "-j",
+        "1",
+        "--filter",
+        "agent-socket/slow/",
+        "--target",
+        target,
+    ])
+}
+
 #[test]
 fn sigint_writes_the_report_transcripts_and_bundle_of_what_finished_and_exits_130() {
     let work = tempfile::tempdir().unwrap();
@@ -154,13 +169,7 @@ fn sigint_writes_the_report_transcripts_and_bundle_of_what_finished_and_exits_13
         env!("CARGO_BIN_EXE_conform"),
         work.path().display()
     );
-    let mut args = strings(&["run", "--protocol", "agent-socket", "-j", "1"]);
-    args.extend(strings(&[
-        "--filter",
-        "agent-socket/slow/",
-        "--target",
-        &target,
-    ]));
+    let mut args = slow_run(&target);
     args.extend(strings(&["--format", "json"]));
     for (flag, path) in [
         ("--case", &cases),
@@ -298,13 +307,7 @@ fn sigkill_leaves_no_target_process_behind() {
         env!("CARGO_BIN_EXE_conform"),
         work.path().display()
     );
-    let mut args = strings(&["run", "--protocol", "agent-socket", "-j", "1"]);
-    args.extend(strings(&[
-        "--filter",
-        "agent-socket/slow/",
-        "--target",
-        &target,
-    ]));
+    let mut args = slow_run(&target);
     let report = work.path().join("report.json");
     args.extend(strings(&["--case", &cases.display().to_string()]));
     // With the report in a file, the progress lines go to stderr.
