@@ -71,6 +71,43 @@ pub trait Dialect: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
     fn check(case: &Case<Self>) -> Result<(), String> {
         case.config.check()
     }
+    /// The names of the case's own checks `step` runs, whose findings a
+    /// case's `charges` may direct (`reply`, `result`, a named check...).
+    fn checks(_step: &Self::Step) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl<D: Dialect> Case<D> {
+    /// The own checks the case's steps run (see [`Dialect::checks`]).
+    pub fn own_checks(&self) -> std::collections::BTreeSet<String> {
+        self.steps
+            .iter()
+            .chain(&self.finally)
+            .flat_map(D::checks)
+            .collect()
+    }
+
+    /// Its `charges` against what it runs and the catalogue: each key a
+    /// check the case runs, each charged to known requirements.
+    fn check_charges(&self, catalogue: &crate::requirements::Catalogue) -> Result<(), String> {
+        let own = self.own_checks();
+        for (check, charged) in &self.charges {
+            if !own.contains(check) {
+                return Err(format!(
+                    "charges {check}, a check none of its steps runs (they run: {})",
+                    own.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            if charged.is_empty() {
+                return Err(format!("charges {check} to no requirement"));
+            }
+            if let Some(r) = charged.iter().find(|r| catalogue.get(r).is_none()) {
+                return Err(format!("charges {check} to unknown requirement {r}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A case's `config`: typed, so an unknown key is a bad case file.
@@ -134,6 +171,15 @@ pub struct Case<D: Dialect> {
     /// reported but do not change the outcome.
     #[serde(default = "Vec::new")]
     pub finally: Vec<D::Step>,
+    /// Which requirements each of the case's own checks breaks when it
+    /// fails (`{"noRequests": ["acp.fs.no-call-without-capability"]}`): a
+    /// check named here counts against these alone, one not named against
+    /// every requirement the case lists. The keys are the checks its steps
+    /// run ([`Dialect::checks`]); the requirements may be any of the
+    /// catalogue's (a prompt's reply breaks the prompt rule, whatever the
+    /// case is about).
+    #[serde(default)]
+    pub charges: std::collections::BTreeMap<String, Vec<String>>,
     /// Why the case reads the source the way it does, where that needs saying.
     #[serde(default)]
     pub note: Option<String>,
@@ -298,6 +344,8 @@ pub fn load<D: Dialect>(extra: &[(String, String)]) -> Result<Vec<Case<D>>, Case
                 )));
             }
             D::check(c).map_err(|m| invalid(format!("case {}: {m}", c.id)))?;
+            c.check_charges(catalogue)
+                .map_err(|m| invalid(format!("case {}: {m}", c.id)))?;
         }
         Ok(cases)
     };

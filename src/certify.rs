@@ -67,11 +67,14 @@ fn evidence_message(c: &crate::outcome::CaseResult, requirement: &str, strict: b
         return message;
     }
     let setup = c.findings.iter().any(|f| f.setup);
-    let named: Vec<&str> = c
+    let mut named: Vec<&str> = c
         .findings
         .iter()
-        .filter_map(|f| f.requirement.as_deref())
+        .flat_map(|f| f.requirement.iter().chain(&f.charged))
+        .map(String::as_str)
         .collect();
+    named.sort_unstable();
+    named.dedup();
     let why = if setup && named.is_empty() {
         "its set-up failed".to_owned()
     } else {
@@ -108,7 +111,12 @@ pub fn bundle(
                 Some((o, report.waivers.contains_key(&c.id)))
             })
             .collect();
-        let mut verdict = requirement_verdict(&outcomes);
+        // Cases that cite it but failed on something else say nothing of
+        // it: it was not exercised, though it has cases.
+        let mut verdict = match requirement_verdict(&outcomes) {
+            "no-case" if !cases.is_empty() => "not-exercised",
+            v => v,
+        };
         if verdict == "not-exercised" {
             match report.exercise_of(&r.id, watched) {
                 Some(Exercise::NotApplicable) => verdict = "not-applicable",
@@ -352,5 +360,44 @@ mod tests {
         assert_eq!(c.outcome_for(FS, false), None);
         let v = verdicts(vec![c, case("fs/withheld", &[FS], Evidence::default())]);
         assert_eq!(v[FS], "pass");
+    }
+
+    /// Item 12's other half: a case's own check counts against the
+    /// requirements its `charges` give that check. The corpus's fs case
+    /// charges its prompt's reply to the prompt rule, its `noRequests` to
+    /// what it lists.
+    #[test]
+    fn an_expectation_counts_against_the_requirements_it_checks() {
+        use crate::evidence::{Evidence, Kind};
+        use crate::protocols::acp::AgentCases;
+        const FS: &str = "acp.fs.no-call-without-capability";
+        const PROMPT: &str = "acp.prompt.respond-stop-reason";
+        let fs = crate::case::embedded::<AgentCases>("acp/fs/no-read-without-capability");
+        let graded =
+            |ev: Evidence| CaseResult::graded(&fs, ev, false, tokio::time::Instant::now(), vec![]);
+        let mut ev = Evidence::default();
+        ev.fail(
+            Kind::WrongKind,
+            "session/prompt: expected a result, got the error -32603",
+        )
+        .found_by("reply");
+        let errored = graded(ev);
+        assert_eq!(errored.outcome, Outcome::Fail);
+        assert_eq!(errored.outcome_for(FS, false), None);
+        assert_eq!(errored.outcome_for(PROMPT, false), Some(Outcome::Fail));
+        assert!(errored.touches(PROMPT));
+        assert!(evidence_message(&errored, FS, false).contains(PROMPT));
+        let mut ev = Evidence::default();
+        ev.fail(Kind::Unexpected, "the agent called fs/read_text_file")
+            .found_by("noRequests");
+        let called = graded(ev);
+        for r in &fs.requirements {
+            assert_eq!(called.outcome_for(r, false), Some(Outcome::Fail), "{r}");
+        }
+        assert_eq!(called.outcome_for(PROMPT, false), None);
+        // A check the case does not charge counts against all it lists.
+        let mut ev = Evidence::default();
+        ev.fail(Kind::Missing, "no answer");
+        assert_eq!(graded(ev).outcome_for(FS, false), Some(Outcome::Fail));
     }
 }

@@ -69,6 +69,15 @@ pub struct Finding {
     /// certificate counts it against none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub setup: bool,
+    /// Which of the case's own checks found it (`reply`, `result`,
+    /// `noRequests`, a named check...), for the case's `charges` to say
+    /// which requirements it breaks; `None` for a rule's finding.
+    #[serde(skip)]
+    pub check: Option<String>,
+    /// The requirements the case charges this finding's check with (its
+    /// `charges`); empty when the case charges it to all it lists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub charged: Vec<String>,
 }
 
 impl Finding {
@@ -82,13 +91,27 @@ impl Finding {
             actual: None,
             at: None,
             setup: false,
+            check: None,
+            charged: vec![],
         }
+    }
+
+    /// Found by the case's own check `check` (see [`Finding::check`]).
+    pub fn by(mut self, check: impl Into<String>) -> Finding {
+        self.check = Some(check.into());
+        self
     }
 
     /// With what was expected and what came instead.
     pub fn saw(mut self, expected: impl Into<String>, actual: impl Into<String>) -> Finding {
         self.expected = Some(expected.into());
         self.actual = Some(actual.into());
+        self
+    }
+
+    /// Found by the case's own check `check`, in place.
+    pub fn found_by(&mut self, check: &str) -> &mut Finding {
+        self.check = Some(check.to_owned());
         self
     }
 
@@ -127,6 +150,8 @@ impl From<crate::matcher::Mismatch> for Finding {
             actual: m.actual,
             at: None,
             setup: false,
+            check: None,
+            charged: vec![],
         }
     }
 }

@@ -273,7 +273,18 @@ impl CaseResult {
         transcript: Vec<TranscriptEntry>,
     ) -> CaseResult {
         let exercised = evidence.exercised.iter().cloned().collect();
-        let g = crate::evidence::grade(case.level, evidence, D::PROTOCOL.catalogue(), strict);
+        let mut g = crate::evidence::grade(case.level, evidence, D::PROTOCOL.catalogue(), strict);
+        for f in &mut g.findings {
+            if f.requirement.is_none()
+                && !f.setup
+                && let Some(charged) = f.check.as_ref().and_then(|c| case.charges.get(c))
+                // Charged to all it lists: what an empty list says.
+                && !(charged.len() == case.requirements.len()
+                    && charged.iter().all(|r| case.requirements.contains(r)))
+            {
+                f.charged = charged.clone();
+            }
+        }
         CaseResult {
             exercised,
             outcome: g.outcome,
@@ -286,11 +297,11 @@ impl CaseResult {
         }
     }
 
-    /// Whether the case cites requirement `id` or found it broken.
     /// What the case says of `requirement`, from its typed findings: a
     /// finding counts against the requirement it names; the case's own
-    /// checks (expectations) against the requirements the case lists; a
-    /// set-up failure against none. A case that failed only on findings
+    /// checks (expectations) against the requirements the case charges
+    /// that check with (`charges`), else all it lists; a set-up failure
+    /// against none. A case that failed only on findings
     /// that name other requirements, or on its set-up, says nothing of
     /// `requirement` (`None`): it may have stopped before checking it.
     pub fn outcome_for(&self, requirement: &str, strict: bool) -> Option<Outcome> {
@@ -306,6 +317,7 @@ impl CaseResult {
         for f in &self.findings {
             let counts = match &f.requirement {
                 Some(r) => r == requirement,
+                None if !f.charged.is_empty() => f.charged.iter().any(|r| r == requirement),
                 None => listed && !f.setup,
             };
             if counts {
@@ -318,12 +330,13 @@ impl CaseResult {
         worst
     }
 
+    /// Whether the case cites requirement `id` or found it broken.
     pub fn touches(&self, id: &str) -> bool {
         self.requirements.iter().any(|r| r == id)
             || self
                 .findings
                 .iter()
-                .any(|f| f.requirement.as_deref() == Some(id))
+                .any(|f| f.requirement.as_deref() == Some(id) || f.charged.iter().any(|r| r == id))
     }
 }
 

@@ -506,6 +506,15 @@ impl<'de, L: Language> Deserialize<'de> for Step<L> {
     }
 }
 
+/// The name serde gives a unit variant (a named check's name in the case
+/// files), for saying which check found something.
+pub fn serde_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

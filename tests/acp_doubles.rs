@@ -616,3 +616,53 @@ fn the_builtin_reference_agent_passes_every_case() {
         .len();
     assert_eq!(report["summary"]["total"], total);
 }
+
+/// Issue 26, item 12: a case's own check counts against the requirements
+/// it checks (its `charges`). An agent that ends a cancelled turn with
+/// `end_turn` breaks "MUST respond ... with the cancelled stop reason"; it
+/// returned a result, not an error, so `acp.cancel.no-error-on-cancel` is
+/// not failed on that evidence, nor are the other rules the cancel cases
+/// list.
+#[test]
+fn a_wrong_stop_reason_after_cancel_fails_only_the_stop_reason_rule() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture agent needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certify = dir.path().display().to_string();
+    let (code, report, stderr) = support::run_protocol_json(
+        "acp",
+        &fixture("--deviation cancel-end-turn"),
+        &[
+            "--startup-timeout",
+            "30",
+            "--filter",
+            "acp/cancel/",
+            "--certify",
+            &certify,
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}\n{}", support::outcome_text(&report));
+    let bundle: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("certification.json")).expect("a bundle"),
+    )
+    .unwrap();
+    let verdict = |id: &str| {
+        bundle["requirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(|r| r["verdict"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(verdict("acp.cancel.stop-reason-cancelled"), "fail");
+    for id in [
+        "acp.cancel.no-error-on-cancel",
+        "acp.cancel.updates-before-response",
+        "acp.cancel.stop-work",
+    ] {
+        assert_ne!(verdict(id), "fail", "{id}");
+    }
+}

@@ -675,3 +675,32 @@ mod cwx {
         );
     }
 }
+
+/// Issue 26, item 12: a case's own check counts against the requirements
+/// it checks. A case that lists several requirements and runs several
+/// checks says, in `charges`, which requirements each check breaks; one
+/// check a case runs alone checks everything it lists.
+#[test]
+fn a_case_with_several_requirements_and_checks_charges_each_check() {
+    fn unsaid<D: conform::case::Dialect>(out: &mut Vec<String>) {
+        for c in load::<D>(&[]).expect("the corpus loads") {
+            let own = c.own_checks();
+            if c.requirements.len() < 2 || own.len() < 2 {
+                continue;
+            }
+            let missing: Vec<&String> =
+                own.iter().filter(|k| !c.charges.contains_key(*k)).collect();
+            if !missing.is_empty() {
+                out.push(format!(
+                    "{} ({:?}): no charges for {missing:?}",
+                    c.id, c.requirements
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    unsaid::<conform::protocols::acp::AgentCases>(&mut out);
+    unsaid::<conform::protocols::cwx::HostCases>(&mut out);
+    unsaid::<agent_socket::ServerCases>(&mut out);
+    assert!(out.is_empty(), "{} cases:\n{}", out.len(), out.join("\n"));
+}

@@ -28,7 +28,8 @@ pub fn judge_answer(
                 Kind::WrongKind,
                 format!("expected a result, got the error {e}"),
             )
-            .saw("a result", e.to_string()),
+            .saw("a result", e.to_string())
+            .by("reply"),
         ),
         (Ok(r), ReplyRule::Error) => found.push(
             Finding::new(
@@ -36,7 +37,8 @@ pub fn judge_answer(
                 Kind::WrongKind,
                 format!("expected an error, got the result {}", matcher::brief(r)),
             )
-            .saw("an error", matcher::brief(r)),
+            .saw("an error", matcher::brief(r))
+            .by("reply"),
         ),
         _ => {}
     }
@@ -48,7 +50,7 @@ pub fn judge_answer(
         if let Some(p) = pattern {
             let mut mismatches = Vec::new();
             matcher::match_value(p, Some(value), path, vars, &mut mismatches);
-            found.extend(mismatches.into_iter().map(Finding::from));
+            found.extend(mismatches.into_iter().map(|m| Finding::from(m).by(path)));
         }
     }
     found

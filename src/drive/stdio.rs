@@ -496,7 +496,8 @@ impl<W: Watch> Session<W> {
                 Kind::Missing,
                 format!("expected an answer to {what}, got {why}"),
             ))
-            .seen(format!("an answer to {what}"), why);
+            .seen(format!("an answer to {what}"), why)
+            .found_by("reply");
         self.stalled = true;
     }
 

@@ -1638,6 +1638,7 @@ impl CaseRun<'_> {
             for_each: None,
             steps: vec![step],
             finally: vec![],
+            charges: Default::default(),
             note: None,
             origin: format!("the control of {}", self.case_id),
         };
@@ -2312,26 +2313,33 @@ impl CaseRun<'_> {
                             matcher::brief(&p)
                         ),
                     )
-                    .saw(matcher::brief(&p), got),
+                    .saw(matcher::brief(&p), got)
+                    .by("updates"),
                 );
             }
         }
         for m in &expect.requests {
             if !requested.contains(m) {
-                found.push(Finding::new(
-                    None,
-                    Kind::Missing,
-                    format!("the agent did not call {m} during {method}"),
-                ));
+                found.push(
+                    Finding::new(
+                        None,
+                        Kind::Missing,
+                        format!("the agent did not call {m} during {method}"),
+                    )
+                    .by("requests"),
+                );
             }
         }
         for m in &expect.no_requests {
             if requested.contains(m) {
-                found.push(Finding::new(
-                    None,
-                    Kind::Unexpected,
-                    format!("the agent called {m} during {method}"),
-                ));
+                found.push(
+                    Finding::new(
+                        None,
+                        Kind::Unexpected,
+                        format!("the agent called {m} during {method}"),
+                    )
+                    .by("noRequests"),
+                );
             }
         }
         let mut saw = false;
@@ -2352,7 +2360,7 @@ impl CaseRun<'_> {
                 verdict
                     .broken
                     .into_iter()
-                    .map(|e| Finding::new(None, Kind::Rule, e)),
+                    .map(|e| Finding::new(None, Kind::Rule, e).by(crate::step::serde_name(check))),
             );
             saw |= !verdict.seen.is_empty();
             self.s.ev.notes.extend(verdict.seen);

@@ -76,6 +76,12 @@ impl Dialect for AgentCases {
     type Config = steps::Config;
     const PROTOCOL: Protocol = Protocol::Acp;
     const DIR: &'static str = "acp/cases";
+    fn checks(step: &Step) -> Vec<String> {
+        step.expect
+            .as_ref()
+            .map(steps::Expect::check_names)
+            .unwrap_or_default()
+    }
 }
 
 crate::runs!(AgentCases, run);

@@ -267,7 +267,7 @@ pub struct Prompt {
 }
 
 /// Checks written once in code and named from the data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NamedCheck {
     /// Every `session/new` of the case returned a different id.
@@ -323,6 +323,27 @@ pub struct Expect {
     /// For `closeStdin`: the agent exits (true) within the deadline.
     pub exit: Option<bool>,
     pub checks: Vec<NamedCheck>,
+}
+
+impl Expect {
+    /// The own checks this expectation runs, by the names a case's
+    /// `charges` gives them.
+    pub fn check_names(&self) -> Vec<String> {
+        let mut names = vec!["reply".to_owned()];
+        for (name, runs) in [
+            ("result", self.result.is_some()),
+            ("error", self.error.is_some()),
+            ("updates", !self.updates.is_empty()),
+            ("requests", !self.requests.is_empty()),
+            ("noRequests", !self.no_requests.is_empty()),
+        ] {
+            if runs {
+                names.push(name.to_owned());
+            }
+        }
+        names.extend(self.checks.iter().map(crate::step::serde_name));
+        names
+    }
 }
 
 crate::stdio_expect!(Expect);

@@ -873,13 +873,15 @@ impl CaseRun<'_> {
             if probe && self.ev.findings.len() > before {
                 let broken = self.ev.findings.split_off(before);
                 let detail: Vec<&str> = broken.iter().map(|f| f.message.as_str()).collect();
-                self.ev.fail(
-                    Kind::Stopped,
-                    format!(
-                        "the server no longer serves a handshake afterwards: {}",
-                        detail.join("; ")
-                    ),
-                );
+                self.ev
+                    .fail(
+                        Kind::Stopped,
+                        format!(
+                            "the server no longer serves a handshake afterwards: {}",
+                            detail.join("; ")
+                        ),
+                    )
+                    .found_by("probe");
             }
         } else {
             self.conns.insert(conn_name, tokio::spawn(task));
@@ -1002,13 +1004,15 @@ impl CaseRun<'_> {
                     // "Lines are JSON-RPC 2.0 messages ... compact JSON followed by ``\\n``":
                     // a reply that starts is a whole line.
                     ReplyRule::IfAny | ReplyRule::Due if cut => {
-                        self.ev.fail(
-                            Kind::Framing,
-                            format!(
-                                "{what}: the reply is not a whole line: {seen}{}",
-                                self.session.target_note()
-                            ),
-                        );
+                        self.ev
+                            .fail(
+                                Kind::Framing,
+                                format!(
+                                    "{what}: the reply is not a whole line: {seen}{}",
+                                    self.session.target_note()
+                                ),
+                            )
+                            .found_by("reply");
                     }
                     ReplyRule::Optional | ReplyRule::None | ReplyRule::IfAny => {
                         self.ev.observe(format!("{what}: {seen}"));
@@ -1027,6 +1031,7 @@ impl CaseRun<'_> {
                                     self.session.target_note()
                                 ),
                             )
+                            .found_by("reply")
                             .expected = Some("a reply line".into());
                     }
                 }
@@ -1040,7 +1045,8 @@ impl CaseRun<'_> {
                     Kind::Unexpected,
                     format!("{what}: expected no reply, got {got}"),
                 )
-                .seen("no reply", got);
+                .seen("no reply", got)
+                .found_by("reply");
             return;
         }
         if let Some(why) = jsonrpc::too_many_values(line) {
@@ -1054,15 +1060,19 @@ impl CaseRun<'_> {
                 if rule == ReplyRule::Optional {
                     self.ev.observe(format!("{what}: {e}"));
                 } else if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
-                    self.ev.fail(
-                        Kind::Malformed,
-                        format!("{what}: {e} (a reply is one line of JSON): {got}"),
-                    );
+                    self.ev
+                        .fail(
+                            Kind::Malformed,
+                            format!("{what}: {e} (a reply is one line of JSON): {got}"),
+                        )
+                        .found_by("reply");
                 } else {
-                    self.ev.fail(
-                        Kind::Malformed,
-                        format!("{what}: {e} (a reply is one line of compact JSON): {got}"),
-                    );
+                    self.ev
+                        .fail(
+                            Kind::Malformed,
+                            format!("{what}: {e} (a reply is one line of compact JSON): {got}"),
+                        )
+                        .found_by("reply");
                 }
                 return;
             }
@@ -1076,18 +1086,23 @@ impl CaseRun<'_> {
             vars: &self.vars,
             declared: &self.session.declared,
         };
-        let checks: Vec<CheckFindings> = expect
+        let checks: Vec<(String, CheckFindings)> = expect
             .map(|e| {
                 e.checks
                     .iter()
-                    .map(|c| named_check(*c, &reply, &context))
+                    .map(|c| {
+                        (
+                            crate::step::serde_name(c),
+                            named_check(*c, &reply, &context),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
         // A check that says what it saw speaks instead of the raw reply.
         let seen: Vec<String> = checks
             .iter()
-            .filter_map(|c| c.observation.clone())
+            .filter_map(|(_, c)| c.observation.clone())
             .collect();
         if seen.is_empty() {
             self.ev
@@ -1104,7 +1119,7 @@ impl CaseRun<'_> {
             found.extend(
                 validate::envelope(&reply, expected)
                     .into_iter()
-                    .map(|(rule, e)| Finding::new(rule, Kind::Envelope, e)),
+                    .map(|(rule, e)| Finding::new(rule, Kind::Envelope, e).by("envelope")),
             );
         };
         if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
@@ -1146,7 +1161,8 @@ impl CaseRun<'_> {
                         Kind::WrongKind,
                         format!("expected an error, got {got}"),
                     )
-                    .saw("an error", got),
+                    .saw("an error", got)
+                    .by("reply"),
                 )
             }
             (ReplyKind::Error { .. }, ReplyRule::Result)
@@ -1158,14 +1174,18 @@ impl CaseRun<'_> {
                         Kind::WrongKind,
                         format!("expected a result, got {got}"),
                     )
-                    .saw("a result", got),
+                    .saw("a result", got)
+                    .by("reply"),
                 )
             }
-            (ReplyKind::Empty, ReplyRule::Any) => found.push(Finding::new(
-                None,
-                Kind::Envelope,
-                "the reply has neither a result nor an error",
-            )),
+            (ReplyKind::Empty, ReplyRule::Any) => found.push(
+                Finding::new(
+                    None,
+                    Kind::Envelope,
+                    "the reply has neither a result nor an error",
+                )
+                .by("reply"),
+            ),
             _ => {}
         }
         if found.is_empty() {
@@ -1174,7 +1194,10 @@ impl CaseRun<'_> {
             // (`as.shape.documented`) shows the documented shape beside
             // what came. Patterns match the values as Vibe reads them.
             let shape = |found: &mut Vec<Finding>, v: Vec<String>| {
-                found.extend(v.into_iter().map(|e| Finding::new(None, Kind::Shape, e)));
+                found.extend(
+                    v.into_iter()
+                        .map(|e| Finding::new(None, Kind::Shape, e).by("shape")),
+                );
             };
             let (body, fields, pattern, path) = match &reply.kind {
                 ReplyKind::Result(result) => (
@@ -1233,32 +1256,38 @@ impl CaseRun<'_> {
             envelope(&mut found, p.request_id.as_ref());
         }
         if expect.compact && !jsonrpc::is_compact_json(line) {
-            found.push(Finding::new(
-                None,
-                Kind::Framing,
-                "the reply is not compact JSON (it has whitespace between tokens)",
-            ));
+            found.push(
+                Finding::new(
+                    None,
+                    Kind::Framing,
+                    "the reply is not compact JSON (it has whitespace between tokens)",
+                )
+                .by("compact"),
+            );
         }
         if expect.nothing_after
             && let Some(rest) = &p.rest
             && !rest.is_empty()
         {
-            found.push(Finding::new(
-                None,
-                Kind::Framing,
-                format!(
-                    "{} more bytes followed the reply line: {}",
-                    rest.len(),
-                    truncate(&String::from_utf8_lossy(rest), 200)
-                ),
-            ));
+            found.push(
+                Finding::new(
+                    None,
+                    Kind::Framing,
+                    format!(
+                        "{} more bytes followed the reply line: {}",
+                        rest.len(),
+                        truncate(&String::from_utf8_lossy(rest), 200)
+                    ),
+                )
+                .by("nothingAfter"),
+            );
         }
-        for check in checks {
+        for (name, check) in checks {
             found.extend(
                 check
                     .errors
                     .into_iter()
-                    .map(|e| Finding::new(None, Kind::Rule, e)),
+                    .map(|e| Finding::new(None, Kind::Rule, e).by(&name)),
             );
         }
         self.record(&what, found);
@@ -1283,7 +1312,7 @@ impl CaseRun<'_> {
             Ok(p) => {
                 let mut mismatches = Vec::new();
                 matcher::match_value(&p, Some(actual), path, &mut self.vars, &mut mismatches);
-                found.extend(mismatches.into_iter().map(Finding::from));
+                found.extend(mismatches.into_iter().map(|m| Finding::from(m).by(path)));
             }
             Err(e) => self.ev.error(e.to_string()),
         }

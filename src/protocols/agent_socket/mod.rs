@@ -59,6 +59,17 @@ impl Dialect for ServerCases {
     const PROTOCOL: Protocol = Protocol::AgentSocket;
     const DIR: &'static str = "agent-socket/cases";
     const LOOPS: bool = true;
+    fn checks(step: &Step) -> Vec<String> {
+        let mut names = step
+            .expect
+            .as_ref()
+            .map(steps::Expect::check_names)
+            .unwrap_or_default();
+        if matches!(step.action, crate::step::Action::Probe) {
+            names.push("probe".into());
+        }
+        names
+    }
 }
 
 crate::runs!(ServerCases, run);

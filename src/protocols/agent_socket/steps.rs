@@ -117,7 +117,7 @@ impl Language for Lang {
 
 /// Checks written once in code and named from the data. A check finds
 /// broken rules, and may say what it saw (for INFO cases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NamedCheck {
     /// Reserved namespaces, one declaration per `namespace.name`.
@@ -174,6 +174,26 @@ pub struct Expect {
 }
 
 impl Expect {
+    /// The own checks this expectation runs, by the names a case's
+    /// `charges` gives them.
+    pub fn check_names(&self) -> Vec<String> {
+        let mut names = vec!["reply".to_owned()];
+        for (name, runs) in [
+            ("result", self.result.is_some()),
+            ("error", self.error.is_some()),
+            ("shape", self.shape),
+            ("envelope", self.envelope),
+            ("compact", self.compact),
+            ("nothingAfter", self.nothing_after),
+        ] {
+            if runs {
+                names.push(name.to_owned());
+            }
+        }
+        names.extend(self.checks.iter().map(crate::step::serde_name));
+        names
+    }
+
     /// A reply line of either kind, nothing else checked.
     pub fn any_reply() -> Expect {
         Expect {

@@ -981,13 +981,16 @@ impl CaseRun<'_> {
                 };
                 let within = step.deadline_or(default);
                 if !self.saw(method, within).await {
-                    self.s.ev.fail(
-                        Kind::Missing,
-                        format!(
-                            "the host sent no {method} within {:.0}s",
-                            within.as_secs_f64()
-                        ),
-                    );
+                    self.s
+                        .ev
+                        .fail(
+                            Kind::Missing,
+                            format!(
+                                "the host sent no {method} within {:.0}s",
+                                within.as_secs_f64()
+                            ),
+                        )
+                        .found_by("reply");
                     return;
                 }
                 // A pattern in `expect.result` is matched against its params.
@@ -1004,7 +1007,7 @@ impl CaseRun<'_> {
                         &mut errors,
                     );
                     for m in errors {
-                        let mut f = Finding::from(m);
+                        let mut f = Finding::from(m).by("result");
                         f.message = format!("{method}: {}", f.message);
                         self.s.ev.push(f);
                     }
@@ -1310,13 +1313,16 @@ impl CaseRun<'_> {
                 })
                 .await;
             if got && let Some(a) = self.s.answers.remove(key) {
-                self.s.ev.fail(
-                    Kind::Unexpected,
-                    format!(
-                        "{method}: expected no answer, got {}",
-                        crate::jsonrpc::describe_answer(&a)
-                    ),
-                );
+                self.s
+                    .ev
+                    .fail(
+                        Kind::Unexpected,
+                        format!(
+                            "{method}: expected no answer, got {}",
+                            crate::jsonrpc::describe_answer(&a)
+                        ),
+                    )
+                    .found_by("reply");
             }
             return;
         }
@@ -1347,7 +1353,7 @@ impl CaseRun<'_> {
             match (check, &answer) {
                 (NamedCheck::ResultShape, Ok(r)) => found.extend(
                     validate::result_violation(method, r)
-                        .map(|e| Finding::new(None, Kind::Shape, e)),
+                        .map(|e| Finding::new(None, Kind::Shape, e).by("result-shape")),
                 ),
                 (NamedCheck::ResultShape, Err(_)) | (NamedCheck::Hello, _) => {}
             }

@@ -56,6 +56,12 @@ impl Dialect for HostCases {
     type Config = steps::Config;
     const PROTOCOL: Protocol = Protocol::Cwx;
     const DIR: &'static str = "cwx/cases";
+    fn checks(step: &Step) -> Vec<String> {
+        step.expect
+            .as_ref()
+            .map(steps::Expect::check_names)
+            .unwrap_or_default()
+    }
 }
 
 crate::runs!(HostCases, run);

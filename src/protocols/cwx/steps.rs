@@ -305,7 +305,7 @@ impl Language for Lang {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NamedCheck {
     /// The result reads as the method's result type, the way the core reads it.
@@ -326,6 +326,22 @@ pub struct Expect {
     /// A result (the host served what it must refuse) breaks this
     /// requirement, at its own level, whatever the case's.
     pub refused: Option<String>,
+}
+
+impl Expect {
+    /// The own checks this expectation runs, by the names a case's
+    /// `charges` gives them.
+    pub fn check_names(&self) -> Vec<String> {
+        let mut names = vec!["reply".to_owned()];
+        if self.result.is_some() {
+            names.push("result".into());
+        }
+        if self.error.is_some() {
+            names.push("error".into());
+        }
+        names.extend(self.checks.iter().map(crate::step::serde_name));
+        names
+    }
 }
 
 crate::stdio_expect!(Expect);
