@@ -288,3 +288,30 @@ fn a_core_that_writes_garbage_to_conforms_host_gets_a_report() {
     let report = support::report_from(stdout.as_bytes());
     assert!(!support::outcome_ids(&report, "fail").is_empty());
 }
+
+/// The same for an ACP client that writes bytes with no newline after them
+/// and closes its output: it wrote something (it ran), so it gets a report,
+/// in which "Messages are delimited by newlines" fails (exit 1), not "could
+/// not be started" (exit 2, for one that writes nothing at all).
+#[test]
+fn an_acp_client_that_writes_only_an_unterminated_line_gets_a_report() {
+    let (code, stdout, stderr) = run_raw(&[
+        "--protocol",
+        "acp",
+        "--role",
+        "client",
+        "--target",
+        r#"exec:printf '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}' | {agent}"#,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    let report = support::report_from(stdout.as_bytes());
+    let named = report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["findings"].as_array().cloned().unwrap_or_default())
+        .any(|f| f["requirement"] == "acp.transport.newline-delimited-client");
+    assert!(named, "{}", support::outcome_text(&report));
+}

@@ -55,7 +55,14 @@ pub trait Served: Send {
     }
     /// The other side closed its end.
     fn closed(&mut self, _now: Instant) {}
+    /// The other side closed its end in the middle of a message: `count`
+    /// bytes came after the last whole one (the first of them in `head`),
+    /// before [`Served::closed`].
+    fn unterminated(&mut self, _head: &[u8], _count: usize, _now: Instant) {}
 }
+
+/// The most of an unfinished message [`serve`] keeps to show.
+const HEAD_LIMIT: usize = 4096;
 
 /// The time now, in the runtime's clock (which the tests may pause).
 fn now() -> Instant {
@@ -93,6 +100,8 @@ pub async fn serve(
     let mut decoder = codec.decoder();
     write_all(codec, &mut output, peer.greet(now())).await?;
     let mut buf = vec![0u8; 64 * 1024];
+    // The bytes read since the last whole message (or refusal).
+    let (mut head, mut count) = (Vec::new(), 0usize);
     loop {
         if peer.done() {
             return Ok(());
@@ -112,12 +121,23 @@ pub async fn serve(
             }
         };
         if n == 0 {
+            if count > 0 {
+                peer.unterminated(&head, count, now());
+            }
             peer.closed(now());
             return Ok(());
         }
         let mut rest = &buf[..n];
         while !rest.is_empty() {
             let (used, item) = decoder.decode(rest);
+            if item.is_none() {
+                let room = HEAD_LIMIT.saturating_sub(head.len()).min(used);
+                head.extend_from_slice(&rest[..room]);
+                count += used;
+            } else {
+                head.clear();
+                count = 0;
+            }
             rest = &rest[used..];
             match item {
                 None => {}

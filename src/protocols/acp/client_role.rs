@@ -76,6 +76,16 @@ impl Served for Peer {
         out.into_iter().map(Out::Message).collect()
     }
 
+    /// What the client wrote after its last newline, when it closed its
+    /// output: no message, but not nothing (the client ran).
+    fn unterminated(&mut self, head: &[u8], count: usize, _: std::time::Instant) {
+        self.record.write(&Event::Cut {
+            t_ms: self.ms(),
+            bytes: count,
+            head: String::from_utf8_lossy(head).into_owned(),
+        });
+    }
+
     /// A line over the limit is no message of the client's: read past it.
     fn refused(&mut self, _: &Refused, _: std::time::Instant) -> (Vec<Out>, AfterRefusal) {
         (vec![], AfterRefusal::Go)
@@ -152,6 +162,14 @@ impl crate::peer::PeerRole for super::ClientCases {
             let _ = match e {
                 Event::In { t_ms, line, .. } => t.log_at(*t_ms, "agent", Direction::Received, line),
                 Event::Out { t_ms, line } => t.log_at(*t_ms, "agent", Direction::Sent, line),
+                Event::Cut { t_ms, head, bytes } => t.log_at(
+                    *t_ms,
+                    "agent",
+                    Direction::Received,
+                    &format!(
+                        "{head} [{bytes} bytes with no newline, then the client closed its output]"
+                    ),
+                ),
                 Event::File {
                     t_ms, name, detail, ..
                 } => t.log_at(

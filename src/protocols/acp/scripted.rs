@@ -29,6 +29,7 @@ pub const PROTOCOL_VERSION: i64 = 1;
 pub mod rules {
     pub const STDIN_ONLY: &str = "acp.transport.stdin-only-messages";
     pub const UTF8: &str = "acp.transport.utf8-client";
+    pub const NEWLINE: &str = "acp.transport.newline-delimited-client";
     pub const INITIALIZE_FIRST: &str = "acp.init.client-initializes-first";
     pub const SCHEMA: &str = "acp.schema.client-messages";
     pub const CWD_ABSOLUTE: &str = "acp.session.cwd-absolute";
@@ -43,7 +44,14 @@ pub mod rules {
     pub const OFFERED_OPTION: &str = "acp.tool.client-offered-option";
 
     /// Checked on every line of every case, whichever case cites them.
-    pub const EVERY_MESSAGE: &[&str] = &[STDIN_ONLY, UTF8, INITIALIZE_FIRST, SCHEMA, SETUP_FIRST];
+    pub const EVERY_MESSAGE: &[&str] = &[
+        STDIN_ONLY,
+        UTF8,
+        NEWLINE,
+        INITIALIZE_FIRST,
+        SCHEMA,
+        SETUP_FIRST,
+    ];
 }
 
 /// Methods the scripted agent never advertises, and the rule a client breaks
@@ -322,6 +330,13 @@ pub enum Event {
     In { t_ms: u64, line: String, utf8: bool },
     /// A message the agent wrote.
     Out { t_ms: u64, line: String },
+    /// Bytes the client wrote with no newline after them before it closed
+    /// its output: how many, and the first of them (lossy text).
+    Cut {
+        t_ms: u64,
+        bytes: usize,
+        head: String,
+    },
     /// A `checkFile` and how it went.
     File {
         t_ms: u64,
@@ -555,7 +570,7 @@ fn read(events: &[Event]) -> Read {
                     ));
                 }
             }
-            Event::File { .. } => {}
+            Event::File { .. } | Event::Cut { .. } => {}
         }
     }
     r
@@ -819,6 +834,7 @@ fn kind_of(rule: &str) -> Kind {
     match rule {
         rules::UTF8 | rules::STDIN_ONLY => Kind::Malformed,
         rules::SCHEMA => Kind::Shape,
+        rules::NEWLINE => Kind::Framing,
         rules::NO_LOAD
         | rules::NO_RESUME
         | rules::NO_CLOSE
@@ -858,6 +874,13 @@ fn every_message(
                     session_ready = true;
                 }
             }
+            Event::Cut { bytes, head, .. } => out.push((
+                rules::NEWLINE.into(),
+                format!(
+                    "the client wrote {bytes} bytes with no newline after them, then closed its output: no message ends there ({})",
+                    matcher::truncate(head, 120)
+                ),
+            )),
             Event::In { line, utf8, .. } => {
                 n += 1;
                 if !utf8 {
