@@ -70,6 +70,14 @@ fn an_agent_that_leaves_an_answer_owed_is_failed_with_the_rule_it_breaks() {
             "acp/fs/read-advertised",
             "acp.jsonrpc.reply-to-request",
         ),
+        // A prompt that waits for the agent's request (not for the turn's
+        // end) probes too when its bound passes: stuck, not "did not
+        // follow the prompt".
+        (
+            "reader-stops-on-prompt",
+            "acp/cancel/during-fs-read",
+            "acp.jsonrpc.reply-to-request",
+        ),
     ];
     let mut problems = Vec::new();
     std::thread::scope(|scope| {

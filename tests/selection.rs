@@ -447,6 +447,23 @@ fn musts_whose_cases_were_all_skipped_outside_the_declaration_are_not_a_pass() {
             assert_eq!(c["skip_kind"], kind, "{c:#}");
         }
     }
+    // The same agent, but it offers a login in authMethods and refuses an
+    // unauthenticated session with -32603 of its own (claude-code-acp does):
+    // the sources define -32000 for it without requiring it, so this is read
+    // as authentication needed too, not as a failed session/new.
+    let target = format!(
+        "exec:python3 {}/tests/fixtures/acp_agent.py --variant needs-login",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (code, b, _) = certify_protocol("acp", &target, &[]);
+    assert_eq!(code, Some(3), "{b:#}");
+    assert_eq!(b["summary"]["failed"], 0, "{b:#}");
+    let session = requirement(&b, "acp.session.unique-session-id");
+    assert_eq!(session["verdict"], "not-exercised", "{session:#}");
+    assert!(
+        session.to_string().contains("offers authMethods"),
+        "{session:#}"
+    );
 }
 
 #[test]

@@ -75,6 +75,12 @@ fn cancel_bound() -> Duration {
 }
 /// How long a step waits for the agent to make a request it expects.
 const WAIT_FOR_DEADLINE: Duration = Duration::from_secs(30);
+
+/// conform's bound on a prompt's provoking what the case waits for (a
+/// request, an update); then a grace with the liveness probe.
+fn provoke_bound() -> Duration {
+    patience::scaled(WAIT_FOR_DEADLINE)
+}
 /// How long a turn must still run to count as a long one (`running`).
 const SETTLE: Duration = Duration::from_millis(500);
 /// How long the agent has to exit after its stdin closes, at the end of a case.
@@ -121,13 +127,7 @@ impl Probe {
                     .and_then(Value::as_array)
                     .is_some_and(|m| !m.is_empty()),
                 Need::ConfigOptions => offers("configOptions"),
-                Need::AuthMethods => self
-                    .initialize
-                    .as_ref()
-                    .ok()
-                    .and_then(|i| i.get("authMethods"))
-                    .and_then(Value::as_array)
-                    .is_some_and(|m| !m.is_empty()),
+                Need::AuthMethods => offers_auth(self.initialize.as_ref().ok()),
                 Need::Capability(path) => {
                     table::advertised(&self.capabilities, &format!("/{}", path.replace('.', "/")))
                 }
@@ -363,9 +363,19 @@ pub fn initialize_params(capabilities: Value) -> Value {
     })
 }
 
+/// Whether an `initialize` result offers authentication methods.
+fn offers_auth(initialize: Option<&Value>) -> bool {
+    initialize
+        .and_then(|i| i.get("authMethods"))
+        .and_then(Value::as_array)
+        .is_some_and(|m| !m.is_empty())
+}
+
 /// Why an error answer to a prompt or session/new is outside the protocol
 /// (authentication, the model), so the case is skipped, not failed.
-fn outside_protocol(method: &str, error: &Value) -> Option<String> {
+/// `auth` says the agent offered authentication methods, which conform
+/// never uses.
+fn outside_protocol(method: &str, error: &Value, auth: bool) -> Option<String> {
     let code = error.get("code").and_then(Value::as_i64)?;
     let message = error.get("message").and_then(Value::as_str).unwrap_or("");
     if code == table::AUTH_REQUIRED.0 {
@@ -376,6 +386,21 @@ fn outside_protocol(method: &str, error: &Value) -> Option<String> {
     // -32603 and the implementation-defined codes (outside JSON-RPC's
     // reserved range, or -32099..=-32001) carry the agent's own failures.
     let own = !(-32768..=-32000).contains(&code) || (-32099..=-32001).contains(&code);
+    // An agent that offers authentication and was not authenticated may
+    // refuse a session for want of it with its own error: the sources
+    // define auth_required (-32000) for that but do not require it
+    // (claude-code-acp answers -32603 "Query closed before response
+    // received" when it has no login).
+    if auth && method == "session/new" && (code == -32603 || own) {
+        let data = error
+            .get("data")
+            .map(|d| format!(" {d}"))
+            .unwrap_or_default();
+        return Some(format!(
+            "the agent offers authMethods and conform did not authenticate; {method} answered {code}: {message}{data}, read as authentication needed (the schema's code for that is {}, auth_required); conform has no credentials",
+            table::AUTH_REQUIRED.0
+        ));
+    }
     if method == "session/prompt" && (code == -32603 || own) {
         return Some(format!(
             "the prompt failed outside the protocol ({method} answered {code}: {message})"
@@ -498,7 +523,12 @@ pub async fn probe_timed(
             }
             probe.session = match answered {
                 Ok(Ok(r)) => Ok(r),
-                Ok(Err(e)) => Err(outside_protocol("session/new", &e).unwrap_or_else(|| {
+                Ok(Err(e)) => Err(outside_protocol(
+                    "session/new",
+                    &e,
+                    offers_auth(probe.initialize.as_ref().ok()),
+                )
+                .unwrap_or_else(|| {
                     format!(
                         "set-up: session/new failed before the run ({})",
                         matcher::brief(&e)
@@ -685,8 +715,12 @@ enum Provoked {
     Yes,
     /// The turn ended first.
     Ended(Result<Value, Value>),
-    /// Neither, within the bound (the turn still runs).
-    No,
+    /// Neither, within the bound and its grace (the turn still runs, and
+    /// the agent answered the liveness probe, or there was none): what the
+    /// wait saw.
+    No(Waited),
+    /// Neither, and the agent did not answer the liveness probe either.
+    Stuck(Waited),
     /// The agent is gone, or conform could not go on.
     Over,
 }
@@ -1097,7 +1131,7 @@ impl CaseRun<'_> {
             .await
         {
             Some(Ok(result)) => self.set_session(result),
-            Some(Err(e)) => match outside_protocol("session/new", &e) {
+            Some(Err(e)) => match outside_protocol("session/new", &e, self.auth_offered()) {
                 Some(why) => self.s.ev.skip(why, SkipKind::Outside),
                 None => {
                     let why = format!("set-up: session/new failed ({})", matcher::brief(&e));
@@ -1506,7 +1540,7 @@ impl CaseRun<'_> {
                     }
                     Provoked::Ended(answer) => {
                         if let Err(e) = &answer
-                            && let Some(why) = outside_protocol("session/prompt", e)
+                            && let Some(why) = outside_protocol("session/prompt", e, false)
                         {
                             self.s.ev.skip(why, SkipKind::Outside);
                             return;
@@ -1525,12 +1559,22 @@ impl CaseRun<'_> {
                             return;
                         }
                     }
-                    Provoked::No => {
-                        self.unprovoked(
-                            ladder.as_ref(),
-                            &until,
-                            &format!("nothing within {:.0}s", WAIT_FOR_DEADLINE.as_secs_f64()),
-                        );
+                    Provoked::No(waited) => {
+                        let why = match waited.liveness {
+                            Liveness::Alive(_) => format!(
+                                "nothing within {}; {}",
+                                waited.waited(),
+                                waited.liveness.describe(PROBE.what)
+                            ),
+                            _ => format!("nothing within {}", waited.waited()),
+                        };
+                        self.unprovoked(ladder.as_ref(), &until, &why);
+                        return;
+                    }
+                    // "When a rpc call is made, the Server MUST reply with
+                    // a Response": the probe went unanswered too.
+                    Provoked::Stuck(waited) => {
+                        self.s.missing("session/prompt", &waited);
                         return;
                     }
                     Provoked::Over => return,
@@ -1855,9 +1899,15 @@ impl CaseRun<'_> {
         before: (usize, usize),
         sent_at: Instant,
     ) -> Provoked {
-        let deadline = sent_at + WAIT_FOR_DEADLINE;
+        let bound = provoke_bound();
+        let mut deadline = sent_at + bound;
         let settle = sent_at + SETTLE;
         let hold = self.config.withhold.clone();
+        // The liveness probe sent when the bound passed, and when it was
+        // answered (from its sending).
+        let mut probe: Option<(String, Instant)> = None;
+        let mut alive: Option<Duration> = None;
+        let grace = patience::grace(bound);
         loop {
             let now = Instant::now();
             let running_due = now >= settle;
@@ -1869,16 +1919,35 @@ impl CaseRun<'_> {
             let k = key.to_owned();
             let u = until.to_vec();
             let h = hold.clone();
+            let pk = probe
+                .as_ref()
+                .filter(|_| alive.is_none())
+                .map(|(p, _)| p.clone());
             self.s
                 .pump(&mut self.role, stop_at, &|s| {
-                    s.answers.contains_key(&k) || triggered(s, &u, &h, before, running_due)
+                    s.answers.contains_key(&k)
+                        || triggered(s, &u, &h, before, running_due)
+                        || pk.as_ref().is_some_and(|p| s.answers.contains_key(p))
                 })
                 .await;
+            if let Some((p, at)) = &probe
+                && alive.is_none()
+                && self.s.answers.remove(p).is_some()
+            {
+                alive = Some(at.elapsed());
+            }
             if let Some(answer) = self.s.answers.remove(key) {
                 return Provoked::Ended(answer);
             }
             let running_due = Instant::now() >= settle;
             if triggered(&self.s, until, &hold, before, running_due) {
+                if probe.is_some() {
+                    self.s.ev.notes.push(patience::slow_note(
+                        "the prompt's awaited request or update",
+                        sent_at.elapsed(),
+                        bound,
+                    ));
+                }
                 return Provoked::Yes;
             }
             if !self.s.goes_on() || self.s.closed {
@@ -1890,7 +1959,37 @@ impl CaseRun<'_> {
                 return Provoked::Over;
             }
             if Instant::now() >= deadline {
-                return Provoked::No;
+                // The bound passed: a grace more, with the liveness probe
+                // sent now; an agent that answers it is working on the turn.
+                if probe.is_none() {
+                    probe = self
+                        .s
+                        .request(PROBE.method, json!({}))
+                        .await
+                        .map(|k| (k, Instant::now()));
+                    deadline += grace;
+                    continue;
+                }
+                let liveness = match (&probe, alive) {
+                    (_, Some(after)) => Liveness::Alive(after),
+                    (Some(_), None) => Liveness::Stuck,
+                    (None, None) => Liveness::Unprobed,
+                };
+                let waited = Waited {
+                    answer: None,
+                    after: sent_at.elapsed(),
+                    bound,
+                    grace: if probe.is_some() {
+                        grace
+                    } else {
+                        Duration::ZERO
+                    },
+                    liveness,
+                };
+                return match waited.liveness {
+                    Liveness::Stuck => Provoked::Stuck(waited),
+                    _ => Provoked::No(waited),
+                };
             }
         }
     }
@@ -2229,7 +2328,7 @@ impl CaseRun<'_> {
         // says nothing about the protocol.
         if let Err(e) = answer
             && rule == ReplyRule::Result
-            && let Some(why) = outside_protocol(method, e)
+            && let Some(why) = outside_protocol(method, e, self.auth_offered())
         {
             self.s.ev.skip(why, SkipKind::Outside);
             return;
@@ -2404,7 +2503,13 @@ impl CaseRun<'_> {
             .answers
             .values()
             .filter_map(|a| a.as_ref().err())
-            .find_map(|e| outside_protocol("session/prompt", e))
+            .find_map(|e| outside_protocol("session/prompt", e, false))
+    }
+
+    /// Whether the agent offered authentication methods (the run's probe
+    /// learnt it, or this case's own `initialize`).
+    fn auth_offered(&self) -> bool {
+        offers_auth(self.ctx.probe.initialize.as_ref().ok())
     }
 
     fn matches(&self, pattern: &Value, value: &Value) -> bool {
@@ -2678,14 +2783,19 @@ mod tests {
     #[test]
     fn auth_and_model_failures_are_outside_the_protocol() {
         let auth = json!({"code": -32000, "message": "Authentication required"});
-        assert!(outside_protocol("session/new", &auth).is_some());
+        assert!(outside_protocol("session/new", &auth, false).is_some());
         let internal = json!({"code": -32603, "message": "no API key"});
-        assert!(outside_protocol("session/prompt", &internal).is_some());
-        assert!(outside_protocol("session/new", &internal).is_none());
+        assert!(outside_protocol("session/prompt", &internal, false).is_some());
+        assert!(outside_protocol("session/new", &internal, false).is_none());
+        // An agent that offers authMethods may refuse an unauthenticated
+        // session with an error of its own; a malformed request is still
+        // the protocol's.
+        assert!(outside_protocol("session/new", &internal, true).is_some());
         let invalid = json!({"code": -32602, "message": "bad"});
-        assert!(outside_protocol("session/prompt", &invalid).is_none());
-        assert!(outside_protocol("session/set_mode", &invalid).is_none());
-        assert!(outside_protocol("session/set_mode", &internal).is_some());
+        assert!(outside_protocol("session/new", &invalid, true).is_none());
+        assert!(outside_protocol("session/prompt", &invalid, false).is_none());
+        assert!(outside_protocol("session/set_mode", &invalid, false).is_none());
+        assert!(outside_protocol("session/set_mode", &internal, false).is_some());
     }
 
     #[test]
