@@ -8,7 +8,7 @@ use crate::interrupt::Signals;
 use crate::outcome::StopSignal;
 use crate::protocols::cwx::{driver::Extension, table::Tier};
 use crate::report::{self, Format};
-use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, Suite};
+use crate::suite::{FuzzSetup, Protocol, ReferenceOptions, Role, Suite, SuiteOption};
 use crate::target::Target;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -116,9 +116,9 @@ pub struct RunArgs {
     /// How long an exec: target has to start accepting connections.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
-    /// cwx: the trust tier the host was launched with.
-    #[arg(long, value_enum, default_value = "plugin")]
-    pub tier: Tier,
+    /// cwx: the trust tier the host was launched with (default plugin).
+    #[arg(long, value_enum)]
+    pub tier: Option<Tier>,
     /// cwx: an extension entry the host can load, as PATH#SHA256, for the
     /// cases that need a loaded extension (builtin: its toy extension).
     #[arg(long)]
@@ -144,10 +144,10 @@ pub struct RunArgs {
     /// with its verdict and evidence, the waivers, and the verdict.
     #[arg(long, value_name = "DIR")]
     pub certify: Option<PathBuf>,
-    /// Prompt phrasings your agent's model understands (JSON), tried first.
+    /// acp: prompt phrasings your agent's model understands (JSON), tried first.
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
-    /// A fresh target process for every case (none shared).
+    /// acp: a fresh agent process for every case (none shared).
     #[arg(long)]
     pub isolate: bool,
     /// Also write the report in FORMAT to FILE (repeatable): one run, every
@@ -192,9 +192,9 @@ pub struct FuzzArgs {
     /// How long an exec: target has to start.
     #[arg(long, default_value_t = 10.0)]
     pub startup_timeout: f64,
-    /// cwx: the trust tier the host was launched with.
-    #[arg(long, value_enum, default_value = "plugin")]
-    pub tier: Tier,
+    /// cwx: the trust tier the host was launched with (default plugin).
+    #[arg(long, value_enum)]
+    pub tier: Option<Tier>,
 }
 
 #[derive(Debug, Args)]
@@ -221,9 +221,9 @@ pub struct ReferenceArgs {
     /// The sandbox workspace; by default a fresh temporary directory.
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// cwx: the trust tier the reference host serves.
-    #[arg(long, value_enum, default_value = "plugin")]
-    pub tier: Tier,
+    /// cwx: the trust tier the reference host serves (default plugin).
+    #[arg(long, value_enum)]
+    pub tier: Option<Tier>,
 }
 
 /// Runs the command line and returns the process exit status.
@@ -317,6 +317,20 @@ fn man(dir: Option<&std::path::Path>) -> Result<i32, RunError> {
     written.map(|()| 0).map_err(RunError::Conform)
 }
 
+/// The suite-owned options a command line gave: `--tier`, `--extension`,
+/// `--prompts`, `--isolate`.
+pub(crate) fn given(tier: bool, extension: bool, prompts: bool, isolate: bool) -> Vec<SuiteOption> {
+    [
+        (tier, SuiteOption::Tier),
+        (extension, SuiteOption::Extension),
+        (prompts, SuiteOption::Prompts),
+        (isolate, SuiteOption::Isolate),
+    ]
+    .into_iter()
+    .filter_map(|(on, o)| on.then_some(o))
+    .collect()
+}
+
 pub(crate) fn bounded(name: &str, secs: f64, max: f64) -> Result<f64, RunError> {
     if secs > 0.0 && secs <= max {
         Ok(secs)
@@ -339,6 +353,7 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
             suite.role, suite.protocol, suite.role
         )));
     };
+    suite.check_options(&given(args.tier.is_some(), false, false, false))?;
     let timeout = bounded("--timeout", args.timeout, 600.0)?;
     let (cases, duration) = crate::fuzz::limits(args.cases, args.duration)?;
     let seed = args.seed.unwrap_or_else(crate::fuzz::clock_seed);
@@ -360,7 +375,7 @@ async fn fuzz(args: FuzzArgs) -> Result<i32, RunError> {
         target: args.target.clone(),
         startup: Duration::from_secs_f64(args.startup_timeout.clamp(0.1, 3600.0)),
         timeout,
-        tier: args.tier,
+        tier: args.tier.unwrap_or(Tier::Plugin),
     };
     let (report, notes) = (entry.start)(setup, &options, &mut progress).await?;
     let mut text = crate::fuzz::human(&report, &options);
@@ -403,7 +418,7 @@ pub(crate) fn chosen(listing: Vec<case::Listing>, keep: &[bool]) -> Vec<case::Li
 fn suite_with<T>(
     protocol: Protocol,
     what: &str,
-    get: impl Fn(&Suite) -> Option<T>,
+    get: impl Fn(&'static Suite) -> Option<T>,
 ) -> Result<T, RunError> {
     protocol
         .suites()
@@ -420,11 +435,12 @@ async fn peer(args: PeerArgs) -> Result<i32, RunError> {
 }
 
 async fn reference(args: ReferenceArgs) -> Result<i32, RunError> {
-    let serve = suite_with(args.protocol, "reference", |s| s.reference)?;
+    let (suite, serve) = suite_with(args.protocol, "reference", |s| s.reference.map(|r| (s, r)))?;
+    suite.check_options(&given(args.tier.is_some(), false, false, false))?;
     serve(ReferenceOptions {
         listen: args.listen,
         workspace: args.workspace,
-        tier: args.tier,
+        tier: args.tier.unwrap_or(Tier::Plugin),
     })
     .await?;
     Ok(0)

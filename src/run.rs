@@ -22,6 +22,12 @@ pub async fn run(args: RunArgs) -> Result<i32, RunError> {
     // From the start: a signal that comes while the cases load is kept.
     let mut signals = listen()?;
     let suite = args.suite.suite()?;
+    suite.check_options(&crate::cli::given(
+        args.tier.is_some(),
+        args.extension.is_some(),
+        args.prompts.is_some(),
+        args.isolate,
+    ))?;
     if args.target.len() > 1 && args.certify.is_some() {
         return Err(RunError::Usage(
             "--certify certifies one target: give --target once".into(),
@@ -45,7 +51,9 @@ pub async fn run(args: RunArgs) -> Result<i32, RunError> {
             jobs: args.jobs.unwrap_or_else(RunOptions::default_jobs).max(1),
             strict: args.strict,
             startup_timeout: Duration::from_secs_f64(startup),
-            tier: args.tier,
+            tier: args
+                .tier
+                .unwrap_or(crate::protocols::cwx::table::Tier::Plugin),
             extension: args.extension.clone(),
             prompts: args.prompts.clone(),
             isolate: args.isolate,

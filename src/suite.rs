@@ -335,6 +335,32 @@ pub struct Suite {
     pub reference: Option<Reference>,
     /// `conform peer`: the scripted peer a target of this role starts.
     pub peer: Option<Peer>,
+    /// The options of its own it reads; another suite's is a usage error.
+    pub options: &'static [SuiteOption],
+}
+
+/// A command-line option that only some suites read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuiteOption {
+    /// `--tier`: the cwx host's trust tier.
+    Tier,
+    /// `--extension`: an extension the cwx host can load.
+    Extension,
+    /// `--prompts`: the phrasings an ACP agent's model understands.
+    Prompts,
+    /// `--isolate`: a fresh ACP agent process for every case.
+    Isolate,
+}
+
+impl SuiteOption {
+    pub fn flag(self) -> &'static str {
+        match self {
+            SuiteOption::Tier => "--tier",
+            SuiteOption::Extension => "--extension",
+            SuiteOption::Prompts => "--prompts",
+            SuiteOption::Isolate => "--isolate",
+        }
+    }
 }
 
 impl Suite {
@@ -356,7 +382,33 @@ impl Suite {
             fuzz: None,
             reference: None,
             peer: None,
+            options: &[],
         }
+    }
+
+    /// Reading these options of its own.
+    pub const fn reading(self, options: &'static [SuiteOption]) -> Suite {
+        Suite { options, ..self }
+    }
+
+    /// A usage error for the first of `given` that this suite does not
+    /// read: it would be accepted and ignored, and the user misled.
+    pub fn check_options(&self, given: &[SuiteOption]) -> Result<(), RunError> {
+        let Some(foreign) = given.iter().find(|o| !self.options.contains(o)) else {
+            return Ok(());
+        };
+        let owners: Vec<String> = SUITES
+            .iter()
+            .filter(|s| s.options.contains(foreign))
+            .map(|s| format!("{} {}", s.protocol, s.role))
+            .collect();
+        Err(RunError::Usage(format!(
+            "{} is not an option of the {} {} suite (it is the {} suite's)",
+            foreign.flag(),
+            self.protocol,
+            self.role,
+            owners.join(" and ")
+        )))
     }
 
     /// With a fuzzer that runs `jobs` inputs at once unless `-j` says.

@@ -53,6 +53,82 @@ fn zero_selected_cases_is_exit_2_not_a_green_run() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no case selected"));
 }
 
+/// Issue 27: a suite owns its options. One another suite reads (`--tier`
+/// on an ACP run, `--prompts` on cwx, `--isolate` on agent-socket) was
+/// accepted and ignored; it is a usage error, and nothing runs.
+#[test]
+fn an_option_of_another_suite_is_exit_2() {
+    for (args, flag) in [
+        (
+            &["run", "--protocol", "acp", "--tier", "builtin"][..],
+            "--tier",
+        ),
+        (
+            &["run", "--protocol", "acp", "--extension", "x.json#00"],
+            "--extension",
+        ),
+        (
+            &["run", "--protocol", "cwx", "--prompts", "/nonexistent.json"],
+            "--prompts",
+        ),
+        (
+            &["run", "--protocol", "agent-socket", "--isolate"],
+            "--isolate",
+        ),
+        (
+            &["run", "--protocol", "acp", "--role", "client", "--isolate"],
+            "--isolate",
+        ),
+        (
+            &[
+                "run",
+                "--protocol",
+                "cwx",
+                "--role",
+                "core",
+                "--tier",
+                "plugin",
+            ],
+            "--tier",
+        ),
+        (
+            &[
+                "fuzz",
+                "--protocol",
+                "acp",
+                "--tier",
+                "plugin",
+                "--cases",
+                "1",
+            ],
+            "--tier",
+        ),
+        (
+            &["reference", "--protocol", "acp", "--tier", "plugin"],
+            "--tier",
+        ),
+    ] {
+        let out = conform().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} is not an option of the")),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The suite that owns it takes it.
+    let out = conform()
+        .args(["run", "--protocol", "cwx", "--tier", "builtin", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_target_that_cannot_start_or_be_reached_is_exit_2() {
     for target in [

@@ -19,7 +19,7 @@ use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
-use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite};
+use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite, SuiteOption};
 use crate::target::Target;
 use crate::transport::stdio::Launcher;
 use std::sync::Arc;
@@ -36,7 +36,8 @@ pub const AGENT: Suite = Suite::new(
     suite::load::<AgentCases>,
 )
 .fuzzed_by(fuzz::start, crate::fuzz::live::JOBS)
-.with_reference(serve_reference);
+.with_reference(serve_reference)
+.reading(&[SuiteOption::Prompts, SuiteOption::Isolate]);
 
 /// Clients: conform plays an agent the client spawns.
 pub const CLIENT: Suite = Suite::new(

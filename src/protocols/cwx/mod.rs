@@ -15,7 +15,7 @@ use crate::case::{Case, Dialect, NoNeed};
 use crate::error::RunError;
 use crate::outcome::{CaseResult, RunReport};
 use crate::runner;
-use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite};
+use crate::suite::{self, BoxFuture, Protocol, Role, RunOptions, Suite, SuiteOption};
 use crate::target::Target;
 use crate::transport::stdio::Launcher;
 use std::sync::Arc;
@@ -34,7 +34,8 @@ pub const HOST: Suite = Suite::new(
     suite::load::<HostCases>,
 )
 .fuzzed_by(fuzz::start, crate::fuzz::live::JOBS)
-.with_reference(serve_reference);
+.with_reference(serve_reference)
+.reading(&[SuiteOption::Tier, SuiteOption::Extension]);
 
 /// Cores: conform plays a host the core launches.
 pub const CORE: Suite = Suite::new(
