@@ -60,3 +60,33 @@ fn every_json_snapshot_validates_against_the_report_schema() {
     );
     assert!(checked.iter().any(|(_, matrix)| *matrix), "{checked:?}");
 }
+
+/// Issue 27: the schemas' protocol and role lists are the crate's, so a
+/// fourth protocol or a new role cannot leave a schema behind.
+#[test]
+fn the_schemas_list_every_protocol_and_role_and_no_other() {
+    use conform::suite::{Protocol, Role};
+    let protocols: Vec<Value> = Protocol::ALL.iter().map(|p| p.id().into()).collect();
+    let roles: Vec<Value> = Role::ALL.iter().map(|r| r.id().into()).collect();
+    for name in ["report.schema.json", "certification.schema.json"] {
+        let path = format!("{}/schemas/{name}", env!("CARGO_MANIFEST_DIR"));
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        // The report defines them once under `$defs`; the bundle inline.
+        let listed = |key: &str| {
+            let at = if schema["$defs"][key].is_object() {
+                &schema["$defs"][key]
+            } else {
+                &schema["properties"][key]
+            };
+            let mut v = at["enum"].as_array().cloned().unwrap_or_default();
+            v.sort_by_key(|x| x.to_string());
+            v
+        };
+        let sorted = |mut v: Vec<Value>| {
+            v.sort_by_key(|x| x.to_string());
+            v
+        };
+        assert_eq!(listed("protocol"), sorted(protocols.clone()), "{name}");
+        assert_eq!(listed("role"), sorted(roles.clone()), "{name}");
+    }
+}
