@@ -21,6 +21,7 @@
 
 mod support;
 
+use conform::suite::Protocol;
 use serde_json::Value;
 use std::io::Read;
 use std::path::Path;
@@ -74,14 +75,15 @@ const STARTUP: f64 = 3.0;
 ///   the case (startup for host/hello, 30 for host/initialize, 10 for
 ///   host/ready, 10 for host/ping, 0.05 + 0.5 to exit, the shutdown).
 fn bound(protocol: &str, startup: f64) -> Duration {
-    let secs = match protocol {
-        "agent-socket" => startup + AS_HANDSHAKE + AS_CONNECT + AS_DEFAULT + SHUTDOWN,
+    // Exhaustive over the crate's protocols: a new one needs its bound here.
+    let secs = match Protocol::from_id(protocol).expect("a protocol id") {
+        Protocol::AgentSocket => startup + AS_HANDSHAKE + AS_CONNECT + AS_DEFAULT + SHUTDOWN,
         // Each ACP wait gets a grace as long as its bound (drive::patience).
-        "acp" => {
+        Protocol::Acp => {
             (2.0 * startup + 2.0 * REQUEST + EXIT_GRACE + SHUTDOWN)
                 + (2.0 * startup + 2.0 * REQUEST + EXIT_GRACE + EXIT_GRACE + SHUTDOWN)
         }
-        _ => {
+        Protocol::Cwx => {
             (startup + 0.2 + SHUTDOWN)
                 + (startup + CWX_INITIALIZE + REQUEST + REQUEST + 0.05 + EXIT_GRACE + SHUTDOWN)
         }
@@ -190,10 +192,10 @@ impl Hostile {
         if let Some(f) = self.filter {
             return f;
         }
-        match self.protocol {
-            "agent-socket" => AS_CASE,
-            "acp" => ACP_CASE,
-            _ => CWX_CASE,
+        match Protocol::from_id(self.protocol).expect("a protocol id") {
+            Protocol::AgentSocket => AS_CASE,
+            Protocol::Acp => ACP_CASE,
+            Protocol::Cwx => CWX_CASE,
         }
     }
 }
