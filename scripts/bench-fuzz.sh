@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures fuzzing throughput on this machine: inputs a second of
 # `conform fuzz` against each built-in reference, and executions a second of
-# each cargo-fuzz target. Figures, not pass/fail: the README quotes them.
+# each cargo-fuzz target. Figures, not pass/fail: docs/fuzzing.md quotes them.
 #
 #   bash scripts/bench-fuzz.sh [FUZZ_TARGET_SECONDS]
 set -euo pipefail

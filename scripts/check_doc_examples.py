@@ -7,7 +7,7 @@ method's params definition, a response against the result definition of
 the request with the same id shown before it on the page (the pages show
 a request, then its answer). Every disagreement is printed, page and line
 first: where the pages and the schema disagree, conform accepts both
-readings and reports the disagreement as information (README, "Where the
+readings and reports the disagreement as information (docs/acp.md, "Where the
 sources disagree").
 
 Usage: scripts/check_doc_examples.py [PAGES_DIR] [SCHEMA]

@@ -108,7 +108,7 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ("serial", &[], &["sandbox/execute/concurrent"]),
     ("serial-read", &[], &["sandbox/execute/concurrent"]),
     // A wrong id fails every reply: JSON-RPC's "It MUST be the same as the
-    // value of the id member in the Request Object" (README, "Levels").
+    // value of the id member in the Request Object" (docs/levels.md).
     (
         "wrong-id",
         &[
@@ -136,7 +136,7 @@ const DEVIATIONS: &[(&str, &[&str], &[&str])] = &[
     ),
     // Vibe reads "-32601" as -32601, but JSON-RPC's "This MUST be an
     // integer" makes every error reply of a case that reads it fail
-    // (as.jsonrpc.error-code, README "Levels").
+    // (as.jsonrpc.error-code, docs/levels.md).
     (
         "error-code-string",
         &[

@@ -11,7 +11,7 @@
 //! A variant that is caught gets only the cases its row names (`--filter`;
 //! a name also selects the cases it prefixes, which the row lists too),
 //! and must fail and warn exactly those; the rest of the suite was run
-//! once, by hand, when the table was written (`README.md`, "How the suite
+//! once, by hand, when the table was written (`docs/proof.md`, "How the suite
 //! is proven"). A missed variant gets the whole suite, which must pass, so
 //! a new catch shows as a change to the table. Six variants run at once.
 //! `request-needs-eof` waits out its server's 30 s read limit on every

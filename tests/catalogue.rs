@@ -112,14 +112,14 @@ fn every_quote_from_the_vendored_sources_is_in_them() {
 
 /// Whether `quote` has an RFC 2119 word of MUST's level (MUST, REQUIRED,
 /// SHALL, with their NOT forms). Case is ignored: the agent-socket
-/// docstrings write them in lower case, and they count (README, "Levels").
+/// docstrings write them in lower case, and they count (docs/levels.md).
 fn has_must_word(quote: &str) -> bool {
     quote
         .split(|c: char| !c.is_ascii_alphabetic())
         .any(|w| ["must", "required", "shall"].contains(&w.to_ascii_lowercase().as_str()))
 }
 
-/// The one rule of levels (README, "Levels"; issue 26, item 9): a MUST whose
+/// The one rule of levels (docs/levels.md; issue 26, item 9): a MUST whose
 /// quote has no RFC 2119 word of that level is a MUST because the real peer
 /// breaks, refuses or misreads, and its reading says so, from the source.
 #[test]

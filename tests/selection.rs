@@ -124,7 +124,7 @@ fn run_targets_with_baseline(
 }
 
 /// The cases the `wrong-id` fixture fails among the framing cases (every
-/// reply: JSON-RPC's id MUST, README "Levels").
+/// reply: JSON-RPC's id MUST, docs/levels.md).
 const WRONG_ID_FAILS: &[&str] = &[
     "agent-socket/framing/error-envelope",
     "agent-socket/framing/string-id",

@@ -30,7 +30,7 @@ pub const EVERY: usize = 48;
 /// How many live targets a stdio fuzzer keeps busy unless `-j` says. An
 /// input mostly waits (on its pauses, on the target's answer), so more
 /// targets than cores keep the cores busy; measured with
-/// `scripts/bench-fuzz.sh` (README, "Figures").
+/// `scripts/bench-fuzz.sh` (docs/fuzzing.md, "Figures").
 pub const JOBS: usize = 8;
 
 /// A future a live target's work runs as: sent to the fuzzer's tasks.

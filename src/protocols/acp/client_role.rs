@@ -228,7 +228,7 @@ where
     crate::peer::graded(case, observed, strict, started)
 }
 
-/// conform's reference client: the workload of the README ("Testing an ACP
+/// conform's reference client: the workload of docs/acp.md ("Testing an ACP
 /// client") against the agent `agent` starts, in `cwd`. Returns the exit
 /// status and a log.
 pub async fn reference_client(agent: &Launcher, cwd: &Path, scenario: &str) -> (i32, Vec<String>) {

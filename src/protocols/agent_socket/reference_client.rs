@@ -1,5 +1,5 @@
 //! conform's reference agent-socket client, the `builtin` target of
-//! `--role client`: the client workload (README, "Testing a client") run as
+//! `--role client`: the client workload (docs/agent-socket.md, "Testing a client") run as
 //! Vibe's `agent_socket.py` runs its requests. The reading of replies is
 //! sans-IO; [`run`] adds the connections.
 

@@ -371,7 +371,7 @@ where
     crate::peer::graded(case, Ok((host.events(), end, log)), strict, started)
 }
 
-/// conform's reference core: the workload of the README ("Testing a
+/// conform's reference core: the workload of docs/cwx.md ("Testing a
 /// core") against the host of `tier` that `host` starts.
 pub async fn reference_core(host: &Launcher, tier: Tier) -> (i32, Vec<String>) {
     crate::peer::run_reference(host, "host", Codec::Frames, 3, async |stream, log| {
