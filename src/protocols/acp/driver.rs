@@ -1907,6 +1907,7 @@ impl CaseRun<'_> {
         // answered (from its sending).
         let mut probe: Option<(String, Instant)> = None;
         let mut alive: Option<Duration> = None;
+        let mut graced = false;
         let grace = patience::grace(bound);
         loop {
             let now = Instant::now();
@@ -1961,7 +1962,8 @@ impl CaseRun<'_> {
             if Instant::now() >= deadline {
                 // The bound passed: a grace more, with the liveness probe
                 // sent now; an agent that answers it is working on the turn.
-                if probe.is_none() {
+                if !graced {
+                    graced = true;
                     probe = self
                         .s
                         .request(PROBE.method, json!({}))
@@ -1979,11 +1981,7 @@ impl CaseRun<'_> {
                     answer: None,
                     after: sent_at.elapsed(),
                     bound,
-                    grace: if probe.is_some() {
-                        grace
-                    } else {
-                        Duration::ZERO
-                    },
+                    grace,
                     liveness,
                 };
                 return match waited.liveness {
