@@ -69,6 +69,12 @@ pub struct Finding {
     /// certificate counts it against none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub setup: bool,
+    /// Found by the case's own check after the exchange had ended at a
+    /// protocol error another finding names (a missing answer, then): the
+    /// case fails, but the certificate counts it against none of the
+    /// requirements the case lists.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub consequence: bool,
     /// Which of the case's own checks found it (`reply`, `result`,
     /// `noRequests`, a named check...), for the case's `charges` to say
     /// which requirements it breaks; `None` for a rule's finding.
@@ -91,6 +97,7 @@ impl Finding {
             actual: None,
             at: None,
             setup: false,
+            consequence: false,
             check: None,
             charged: vec![],
         }
@@ -150,6 +157,7 @@ impl From<crate::matcher::Mismatch> for Finding {
             actual: m.actual,
             at: None,
             setup: false,
+            consequence: false,
             check: None,
             charged: vec![],
         }

@@ -277,6 +277,7 @@ impl CaseResult {
         for f in &mut g.findings {
             if f.requirement.is_none()
                 && !f.setup
+                && !f.consequence
                 && let Some(charged) = f.check.as_ref().and_then(|c| case.charges.get(c))
                 // Charged to all it lists: what an empty list says.
                 && !(charged.len() == case.requirements.len()
@@ -317,8 +318,9 @@ impl CaseResult {
         for f in &self.findings {
             let counts = match &f.requirement {
                 Some(r) => r == requirement,
+                None if f.setup || f.consequence => false,
                 None if !f.charged.is_empty() => f.charged.iter().any(|r| r == requirement),
-                None => listed && !f.setup,
+                None => listed,
             };
             if counts {
                 let g = grade(f.level);

@@ -728,3 +728,51 @@ fn judge(
     }
     problems
 }
+
+/// Issue 26, item 12: after the watch ends the exchange at a protocol error
+/// (the core refuses the host's message), what the cases' own checks then
+/// miss is its consequence: the certificate fails the rule the refusal
+/// names, not every rule the cases list. The independent host's
+/// `register_kind_case` writes registration kinds the core refuses.
+#[test]
+fn what_a_refused_message_leaves_unanswered_is_charged_to_the_refusal() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the independent host needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = host_target("plugin", Some("register_kind_case"));
+    args.extend(
+        [
+            "--filter",
+            "cwx/extension/tool-call,cwx/extension/command-run,cwx/extension/hook-evaluate",
+            "--certify",
+        ]
+        .map(String::from),
+    );
+    args.push(dir.path().display().to_string());
+    let cases = run(&args);
+    assert!(with("fail", &cases).len() == 3, "{cases:?}");
+    let bundle: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("certification.json")).expect("a bundle"),
+    )
+    .unwrap();
+    let verdict = |id: &str| {
+        bundle["requirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(|r| r["verdict"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(verdict("cwx.strict.host-messages"), "fail");
+    for id in [
+        "cwx.tool.result",
+        "cwx.command.result",
+        "cwx.hook.verdict",
+        "cwx.result.shapes",
+    ] {
+        assert_ne!(verdict(id), "fail", "{id}");
+    }
+}

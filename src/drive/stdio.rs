@@ -137,6 +137,10 @@ pub struct Session<W: Watch> {
     pub stalled: bool,
     /// conform closed the target's stdin to end the case.
     ending: bool,
+    /// How many findings the case had when the watch ended the exchange at
+    /// a protocol error: its own checks that failed after that are the
+    /// error's consequences, not breaches of the rules they check.
+    halted_at: Option<usize>,
     /// The request that asks whether the target still serves, when the
     /// protocol has one: a wait that outlives its bound then gets a grace
     /// and this probe (`drive::patience`).
@@ -167,6 +171,7 @@ impl<W: Watch> Session<W> {
             closed: false,
             stalled: false,
             ending: false,
+            halted_at: None,
             liveness: None,
         }
     }
@@ -274,7 +279,11 @@ impl<W: Watch> Session<W> {
                         return false;
                     }
                     self.log(Direction::Received, &payload);
-                    match self.watch.received(&payload) {
+                    let incoming = self.watch.received(&payload);
+                    if self.halted_at.is_none() && self.watch.halted() {
+                        self.halted_at = Some(self.ev.findings.len());
+                    }
+                    match incoming {
                         Incoming::Request { id, method, params } => {
                             let within = until
                                 .saturating_duration_since(Instant::now())
@@ -723,6 +732,15 @@ impl<W: Watch> Session<W> {
     /// when it ended by itself.
     pub fn evidence(&mut self, ended_early: bool) -> Evidence {
         let mut ev = std::mem::take(&mut self.ev);
+        // After the watch ended the exchange at a protocol error (which it
+        // names), what the case's own checks then missed is its consequence.
+        if let Some(at) = self.halted_at {
+            for f in ev.findings.iter_mut().skip(at) {
+                if f.requirement.is_none() && !f.setup {
+                    f.consequence = true;
+                }
+            }
+        }
         for f in self.watch.findings() {
             ev.push(f);
         }
