@@ -1287,7 +1287,7 @@ impl CaseRun<'_> {
                 check
                     .errors
                     .into_iter()
-                    .map(|e| Finding::new(None, Kind::Rule, e).by(&name)),
+                    .map(|(rule, e)| Finding::new(rule, Kind::Rule, e).by(&name)),
             );
         }
         self.record(&what, found);
@@ -1322,14 +1322,16 @@ impl CaseRun<'_> {
 /// What a named check found: broken rules, and what it saw worth saying.
 #[derive(Default)]
 struct CheckFindings {
-    errors: Vec<String>,
+    /// What it found broken: the requirement, where the check can tell
+    /// which of its case's it is, and why.
+    errors: Vec<(Option<&'static str>, String)>,
     observation: Option<String>,
 }
 
 impl From<Vec<String>> for CheckFindings {
     fn from(errors: Vec<String>) -> Self {
         CheckFindings {
-            errors,
+            errors: errors.into_iter().map(|e| (None, e)).collect(),
             observation: None,
         }
     }
@@ -1386,10 +1388,15 @@ fn named_check(check: NamedCheck, reply: &Reply, cx: &CheckContext) -> CheckFind
         _ => None,
     };
     match check {
-        NamedCheck::ToolDeclarations => result
-            .map(|r| validate::declaration_violations(&validate::declared_tools(r)))
-            .unwrap_or_default()
-            .into(),
+        NamedCheck::ToolDeclarations => CheckFindings {
+            errors: result
+                .map(|r| validate::declaration_violations(&validate::declared_tools(r)))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(rule, why)| (Some(rule), why))
+                .collect(),
+            observation: None,
+        },
         NamedCheck::SandboxPair => match result.map(validate::declared_sandbox) {
             Some(DeclaredSandbox::Half) => vec![
                 "`workspace` and `python` must come together: one is set and the other is null"

@@ -114,7 +114,11 @@ pub fn handshake(result: &Value) -> Result<Declared, String> {
     if !refused.is_empty() {
         return Err(format!(
             "the server declares a tool this client cannot offer: {}",
-            refused.join("; ")
+            refused
+                .iter()
+                .map(|(_, why)| why.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
         ));
     }
     let workspace = match validate::declared_sandbox(result) {

@@ -443,6 +443,8 @@ pub mod rules {
     pub const ONE_MEMBER: &str = "as.jsonrpc.one-member";
     pub const ERROR_ID: &str = "as.jsonrpc.error-id";
     pub const ERROR_CODE: &str = "as.jsonrpc.error-code";
+    pub const RESERVED_NAMESPACE: &str = "as.tools.reserved-namespace";
+    pub const UNIQUE_NAME: &str = "as.tools.unique-name";
 }
 
 /// What an `agent/initialize` result says of the sandbox half.
@@ -518,18 +520,24 @@ pub fn declared_tools(result: &Value) -> Vec<DeclaredTool> {
 
 /// The declaration rules: "A namespace cannot be Vibe's own ... and a
 /// `namespace.name` is declared once; otherwise the run cannot start".
-pub fn declaration_violations(tools: &[DeclaredTool]) -> Vec<String> {
+pub fn declaration_violations(tools: &[DeclaredTool]) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     for t in tools {
         if table::RESERVED_NAMESPACES.contains(&t.namespace.as_str()) {
-            out.push(format!(
-                "tool {}: the {:?} namespace is Vibe's own",
-                t.full_name, t.namespace
+            out.push((
+                rules::RESERVED_NAMESPACE,
+                format!(
+                    "tool {}: the {:?} namespace is Vibe's own",
+                    t.full_name, t.namespace
+                ),
             ));
         }
         if !seen.insert(t.full_name.clone()) {
-            out.push(format!("tool {} is declared more than once", t.full_name));
+            out.push((
+                rules::UNIQUE_NAME,
+                format!("tool {} is declared more than once", t.full_name),
+            ));
         }
     }
     out
@@ -672,7 +680,13 @@ mod tests {
             tools[1].full_name, "client.a",
             "an empty namespace is the default"
         );
-        assert_eq!(declaration_violations(&tools).len(), 2);
+        // Each names the rule it breaks: a duplicate is not a reserved
+        // namespace, nor the other way round (issue 26, item 12).
+        let rules: Vec<&str> = declaration_violations(&tools)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        assert_eq!(rules, [rules::UNIQUE_NAME, rules::RESERVED_NAMESPACE]);
     }
 
     #[test]
