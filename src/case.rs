@@ -88,12 +88,36 @@ impl<D: Dialect> Case<D> {
             .collect()
     }
 
+    /// The requirements the case's `charges` give `check`: its own entry,
+    /// else, for a check qualified by what it looked at
+    /// (`noRequests:fs/read_text_file`), the entry of the check it is a part
+    /// of (`noRequests`).
+    pub fn charged_to(&self, check: &str) -> Option<&Vec<String>> {
+        self.charges.get(check).or_else(|| {
+            check
+                .split_once(':')
+                .and_then(|(whole, _)| self.charges.get(whole))
+        })
+    }
+
+    /// Whether `key` names a check the case runs: one of its own checks,
+    /// or a part of one (`result:protocol`, the mismatches of a pattern in
+    /// its field `protocol`) when that check does not list its parts.
+    fn runs_check(&self, own: &std::collections::BTreeSet<String>, key: &str) -> bool {
+        own.contains(key)
+            || key.split_once(':').is_some_and(|(whole, part)| {
+                !part.is_empty()
+                    && own.contains(whole)
+                    && !own.iter().any(|o| o.starts_with(&format!("{whole}:")))
+            })
+    }
+
     /// Its `charges` against what it runs and the catalogue: each key a
     /// check the case runs, each charged to known requirements.
     fn check_charges(&self, catalogue: &crate::requirements::Catalogue) -> Result<(), String> {
         let own = self.own_checks();
         for (check, charged) in &self.charges {
-            if !own.contains(check) {
+            if !self.runs_check(&own, check) {
                 return Err(format!(
                     "charges {check}, a check none of its steps runs (they run: {})",
                     own.iter().cloned().collect::<Vec<_>>().join(", ")
@@ -174,7 +198,10 @@ pub struct Case<D: Dialect> {
     /// Which requirements each of the case's own checks breaks when it
     /// fails (`{"noRequests": ["acp.fs.no-call-without-capability"]}`): a
     /// check named here counts against these alone, one not named against
-    /// every requirement the case lists. The keys are the checks its steps
+    /// every requirement the case lists. A check may be named by what it
+    /// looked at (`noRequests:terminal/create`; for a pattern, the field
+    /// of the answer a mismatch is in: `result:tier`), which takes
+    /// precedence over the check as a whole. The keys are the checks its steps
     /// run ([`Dialect::checks`]); the requirements may be any of the
     /// catalogue's (a prompt's reply breaks the prompt rule, whatever the
     /// case is about).

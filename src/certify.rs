@@ -389,7 +389,7 @@ mod tests {
         assert!(evidence_message(&errored, FS, false).contains(PROMPT));
         let mut ev = Evidence::default();
         ev.fail(Kind::Unexpected, "the agent called fs/read_text_file")
-            .found_by("noRequests");
+            .found_by("noRequests:fs/read_text_file");
         let called = graded(ev);
         for r in &fs.requirements {
             assert_eq!(called.outcome_for(r, false), Some(Outcome::Fail), "{r}");
@@ -399,5 +399,77 @@ mod tests {
         let mut ev = Evidence::default();
         ev.fail(Kind::Missing, "no answer");
         assert_eq!(graded(ev).outcome_for(FS, false), Some(Outcome::Fail));
+    }
+
+    /// A case that forbids two kinds of call charges each by the method it
+    /// saw: an `fs/*` call in the case without capabilities is not a
+    /// terminal breach, nor the converse.
+    #[test]
+    fn a_forbidden_call_counts_against_the_rule_of_its_method() {
+        use crate::evidence::{Evidence, Kind};
+        use crate::protocols::acp::AgentCases;
+        const FS: &str = "acp.fs.no-call-without-capability";
+        const TERMINAL: &str = "acp.terminal.no-call-without-capability";
+        const OMITTED: &str = "acp.init.omitted-unsupported-agent";
+        let case = crate::case::embedded::<AgentCases>("acp/init/omitted-capabilities");
+        let called = |method: &str| {
+            let mut ev = Evidence::default();
+            ev.fail(Kind::Unexpected, format!("the agent called {method}"))
+                .found_by(&format!("noRequests:{method}"));
+            CaseResult::graded(&case, ev, false, tokio::time::Instant::now(), vec![])
+        };
+        let fs = called("fs/read_text_file");
+        assert_eq!(fs.outcome_for(FS, false), Some(Outcome::Fail));
+        assert_eq!(fs.outcome_for(OMITTED, false), Some(Outcome::Fail));
+        assert_eq!(fs.outcome_for(TERMINAL, false), None);
+        let terminal = called("terminal/create");
+        assert_eq!(terminal.outcome_for(TERMINAL, false), Some(Outcome::Fail));
+        assert_eq!(terminal.outcome_for(OMITTED, false), Some(Outcome::Fail));
+        assert_eq!(terminal.outcome_for(FS, false), None);
+    }
+
+    /// A pattern's mismatch is charged by the field it is in: a hello whose
+    /// runtime is wrong breaks the runtime rule, not the tier or protocol
+    /// rules its pattern also checks; a field the case does not charge on
+    /// its own falls back to the pattern's charge.
+    #[test]
+    fn a_mismatch_counts_against_the_rule_of_its_field() {
+        use crate::evidence::{Evidence, Finding};
+        use crate::matcher::Mismatch;
+        use crate::protocols::cwx::HostCases;
+        let case = crate::case::embedded::<HostCases>("cwx/handshake/hello");
+        let at = |path: &str| {
+            let mut ev = Evidence::default();
+            ev.push(Finding::of_pattern(
+                Mismatch {
+                    path: path.into(),
+                    why: "differs".into(),
+                    expected: None,
+                    actual: None,
+                },
+                "result",
+                "params",
+            ));
+            CaseResult::graded(&case, ev, false, tokio::time::Instant::now(), vec![])
+        };
+        let runtime = at("params.runtime.name");
+        assert_eq!(runtime.outcome, Outcome::Fail);
+        assert_eq!(
+            runtime.outcome_for("cwx.hello.runtime", false),
+            Some(Outcome::Fail)
+        );
+        assert_eq!(runtime.outcome_for("cwx.hello.tier", false), None);
+        assert_eq!(runtime.outcome_for("cwx.hello.protocol", false), None);
+        let protocol = at("params.protocol.min");
+        assert_eq!(
+            protocol.outcome_for("cwx.hello.protocol", false),
+            Some(Outcome::Fail)
+        );
+        assert_eq!(protocol.outcome_for("cwx.hello.runtime", false), None);
+        let whole = at("params");
+        for r in ["cwx.hello.tier", "cwx.hello.protocol", "cwx.hello.runtime"] {
+            assert_eq!(whole.outcome_for(r, false), Some(Outcome::Fail), "{r}");
+        }
+        assert_eq!(whole.outcome_for("cwx.hello.modules", false), None);
     }
 }

@@ -145,6 +145,32 @@ impl Finding {
     }
 }
 
+impl Finding {
+    /// What `check` found of a pattern matched at `root`: named by the
+    /// field of `root` the mismatch is in (`result:protocol` for
+    /// `result.protocol.min`), so a case may charge each field to the rule
+    /// that field answers; a mismatch of `root` itself keeps the bare name.
+    pub fn of_pattern(m: crate::matcher::Mismatch, check: &str, root: &str) -> Finding {
+        let name = Finding::check_of_field(check, &m.path, root);
+        Finding::from(m).by(name)
+    }
+
+    /// The name of `check`'s part that looked at `path` under `root`:
+    /// `check:field` for the first field of `root` on the path, `check` for
+    /// `root` itself.
+    pub fn check_of_field(check: &str, path: &str, root: &str) -> String {
+        match path
+            .strip_prefix(root)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .and_then(|rest| rest.split(['.', '[']).next())
+            .filter(|f| !f.is_empty())
+        {
+            Some(field) => format!("{check}:{field}"),
+            None => check.to_owned(),
+        }
+    }
+}
+
 /// A value that differs from the case's pattern: a case's own finding.
 impl From<crate::matcher::Mismatch> for Finding {
     fn from(m: crate::matcher::Mismatch) -> Finding {
@@ -368,6 +394,31 @@ mod tests {
 
     fn catalogue() -> &'static Catalogue {
         Protocol::Acp.catalogue()
+    }
+
+    #[test]
+    fn a_check_names_the_field_it_looked_at() {
+        assert_eq!(
+            Finding::check_of_field("result", "result.protocol.min", "result"),
+            "result:protocol"
+        );
+        assert_eq!(
+            Finding::check_of_field("shape", "result.tools[2].name", "result"),
+            "shape:tools"
+        );
+        assert_eq!(
+            Finding::check_of_field("result", "params.tier", "params"),
+            "result:tier"
+        );
+        assert_eq!(
+            Finding::check_of_field("result", "result", "result"),
+            "result"
+        );
+        assert_eq!(
+            Finding::check_of_field("result", "resultant.x", "result"),
+            "result"
+        );
+        assert_eq!(Finding::check_of_field("shape", "", "result"), "shape");
     }
 
     #[test]

@@ -278,7 +278,7 @@ impl CaseResult {
             if f.requirement.is_none()
                 && !f.setup
                 && !f.consequence
-                && let Some(charged) = f.check.as_ref().and_then(|c| case.charges.get(c))
+                && let Some(charged) = f.check.as_ref().and_then(|c| case.charged_to(c))
                 // Charged to all it lists: what an empty list says.
                 && !(charged.len() == case.requirements.len()
                     && charged.iter().all(|r| case.requirements.contains(r)))

@@ -50,7 +50,11 @@ pub fn judge_answer(
         if let Some(p) = pattern {
             let mut mismatches = Vec::new();
             matcher::match_value(p, Some(value), path, vars, &mut mismatches);
-            found.extend(mismatches.into_iter().map(|m| Finding::from(m).by(path)));
+            found.extend(
+                mismatches
+                    .into_iter()
+                    .map(|m| Finding::of_pattern(m, path, path)),
+            );
         }
     }
     found

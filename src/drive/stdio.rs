@@ -262,6 +262,9 @@ impl<W: Watch> Session<W> {
             if done(self) {
                 return true;
             }
+            if self.halted_at.is_none() && self.watch.halted() {
+                self.halted_at = Some(self.ev.findings.len());
+            }
             if self.closed || self.watch.halted() {
                 return false;
             }
@@ -279,11 +282,7 @@ impl<W: Watch> Session<W> {
                         return false;
                     }
                     self.log(Direction::Received, &payload);
-                    let incoming = self.watch.received(&payload);
-                    if self.halted_at.is_none() && self.watch.halted() {
-                        self.halted_at = Some(self.ev.findings.len());
-                    }
-                    match incoming {
+                    match self.watch.received(&payload) {
                         Incoming::Request { id, method, params } => {
                             let within = until
                                 .saturating_duration_since(Instant::now())
@@ -734,9 +733,11 @@ impl<W: Watch> Session<W> {
         let mut ev = std::mem::take(&mut self.ev);
         // After the watch ended the exchange at a protocol error (which it
         // names), what the case's own checks then missed is its consequence.
+        // Only what did not come: a message that came and breaks a check is
+        // that check's, whatever else it broke.
         if let Some(at) = self.halted_at {
             for f in ev.findings.iter_mut().skip(at) {
-                if f.requirement.is_none() && !f.setup {
+                if f.requirement.is_none() && !f.setup && f.kind == Kind::Missing {
                     f.consequence = true;
                 }
             }

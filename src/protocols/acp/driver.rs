@@ -2423,7 +2423,7 @@ impl CaseRun<'_> {
                         Kind::Missing,
                         format!("the agent did not call {m} during {method}"),
                     )
-                    .by("requests"),
+                    .by(format!("requests:{m}")),
                 );
             }
         }
@@ -2435,7 +2435,7 @@ impl CaseRun<'_> {
                         Kind::Unexpected,
                         format!("the agent called {m} during {method}"),
                     )
-                    .by("noRequests"),
+                    .by(format!("noRequests:{m}")),
                 );
             }
         }

@@ -179,6 +179,10 @@ pub struct Monitor {
     /// mistaken for an answer to nothing.
     malformed_sent: usize,
     null_id_errors: usize,
+    /// Of those, lines in which no reader finds an id (not JSON, no `id`):
+    /// an error with an id that answers nothing else answers one of them.
+    idless_sent: usize,
+    idless_misanswered: usize,
     seen_violation: BTreeSet<(String, String)>,
     /// What each session's turns did with tool calls, permissions and cancels.
     flows: HashMap<String, Flow>,
@@ -944,6 +948,21 @@ impl Monitor {
                 self.take_outstanding(&id_key(&near.id));
                 return self.answered(id_key(&near.id), near, o);
             }
+            // An error that answers none of conform's requests while a line
+            // it sent could not be read answers that line: "If there was an
+            // error in detecting the id in the Request object (e.g. Parse
+            // error/Invalid Request), it MUST be Null."
+            if has_error && !has_result && self.idless_misanswered < self.idless_sent {
+                self.idless_misanswered += 1;
+                self.violate(
+                    rules::ID_ECHO,
+                    Kind::Envelope,
+                    format!(
+                        "an error with id {id} answers a line conform sent that had no readable id (it answers none of conform's requests): its id must be null"
+                    ),
+                );
+                return Incoming::Unusable;
+            }
             self.violate(
                 rules::NOTIFICATION_UNANSWERED, Kind::Unexpected,
                 format!(
@@ -1104,8 +1123,16 @@ impl Watch for Monitor {
                 continue;
             }
             let Some(readings) = Readings::of(line) else {
+                self.idless_sent += 1;
                 continue;
             };
+            if readings
+                .objects
+                .iter()
+                .all(|o| matches!(o.id, None | Some(Id::Null)))
+            {
+                self.idless_sent += 1;
+            }
             for o in &readings.objects {
                 let method = o.members.get("method").and_then(Value::as_str);
                 match (&o.id, method) {
@@ -1321,6 +1348,27 @@ mod tests {
         ));
         assert!(matches!(got, Incoming::Response { .. }));
         assert!(m.violations.is_empty(), "{:?}", m.violations);
+    }
+
+    /// A parse error must carry a null id: one with an id answers the line
+    /// conform could not have given one, and breaks the id rule, not the
+    /// rule against answering notifications.
+    #[test]
+    fn a_parse_error_with_an_id_breaks_the_id_rule() {
+        let mut m = Monitor::new();
+        Watch::sent_raw(&mut m, b"{not json\n");
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":0,"error":{"code":-32700,"message":"Parse error"}}),
+        ));
+        assert_eq!(requirements(&m), vec![rules::ID_ECHO]);
+        // With no malformed line unanswered, a stray error answers nothing.
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":0,"error":{"code":-32700,"message":"Parse error"}}),
+        ));
+        assert_eq!(
+            requirements(&m),
+            vec![rules::ID_ECHO, rules::NOTIFICATION_UNANSWERED]
+        );
     }
 
     /// Each legal reading of a raw line is answered without a violation.

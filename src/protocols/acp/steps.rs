@@ -341,6 +341,14 @@ impl Expect {
                 names.push(name.to_owned());
             }
         }
+        // Each method a request check looks for is a check of its own
+        // (`noRequests:fs/read_text_file`), for a case that forbids several.
+        for (check, methods) in [
+            ("requests", &self.requests),
+            ("noRequests", &self.no_requests),
+        ] {
+            names.extend(methods.iter().map(|m| format!("{check}:{m}")));
+        }
         names.extend(self.checks.iter().map(crate::step::serde_name));
         names
     }

@@ -1193,11 +1193,15 @@ impl CaseRun<'_> {
             // where Vibe copes but the documented shape is broken, a SHOULD
             // (`as.shape.documented`) shows the documented shape beside
             // what came. Patterns match the values as Vibe reads them.
-            let shape = |found: &mut Vec<Finding>, v: Vec<String>| {
-                found.extend(
-                    v.into_iter()
-                        .map(|e| Finding::new(None, Kind::Shape, e).by("shape")),
-                );
+            // Each violation begins with the path it is about
+            // (`result.tools[0].name: missing`): named by its field, for a
+            // case to charge each field to its own rule.
+            let shape = |found: &mut Vec<Finding>, v: Vec<String>, root: &str| {
+                found.extend(v.into_iter().map(|e| {
+                    let at = e.split_once(": ").map_or("", |(at, _)| at);
+                    let check = Finding::check_of_field("shape", at, root);
+                    Finding::new(None, Kind::Shape, e).by(check)
+                }));
             };
             let (body, fields, pattern, path) = match &reply.kind {
                 ReplyKind::Result(result) => (
@@ -1221,7 +1225,7 @@ impl CaseRun<'_> {
             if let Some(fields) = fields {
                 match validate::vibe_read(&body, fields, path) {
                     Ok(v) => read = v,
-                    Err(v) if expect.shape => shape(&mut found, v),
+                    Err(v) if expect.shape => shape(&mut found, v, path),
                     Err(_) => {}
                 }
                 // An error body's one type Vibe converts is its code's.
@@ -1312,7 +1316,11 @@ impl CaseRun<'_> {
             Ok(p) => {
                 let mut mismatches = Vec::new();
                 matcher::match_value(&p, Some(actual), path, &mut self.vars, &mut mismatches);
-                found.extend(mismatches.into_iter().map(|m| Finding::from(m).by(path)));
+                found.extend(
+                    mismatches
+                        .into_iter()
+                        .map(|m| Finding::of_pattern(m, path, path)),
+                );
             }
             Err(e) => self.ev.error(e.to_string()),
         }

@@ -49,6 +49,15 @@ pub mod rules {
     pub const INFLIGHT: &str = "cwx.inflight";
     pub const OWNER: &str = "cwx.register.owner";
     pub const TICKET: &str = "cwx.core-call.ticket";
+    /// The fields with a rule of their own: a message the core refuses for
+    /// one of them breaks that rule rather than the strictness rule.
+    pub const FIELDS: &[(&str, &str)] = &[
+        ("host/hello.tier", "cwx.hello.tier"),
+        ("host/hello.protocol", "cwx.hello.protocol"),
+        ("host/hello.runtime", "cwx.hello.runtime"),
+        ("host/hello.builtin_modules", "cwx.hello.modules"),
+        ("host/hello.memory_limit_mib", "cwx.hello.memory-limit"),
+    ];
     pub const ALL: &[&str] = &[
         FRAME,
         MAX_OUT,
@@ -439,8 +448,16 @@ impl stdio::Watch for HostWatch {
             Err(_) if odd => stdio::Incoming::Other,
             Err(why) => {
                 // "Host→core types use `deny_unknown_fields` — host output is untrusted input."
+                // A refused field with a rule of its own breaks that rule.
+                let rule = rules::FIELDS
+                    .iter()
+                    .find(|(at, _)| {
+                        why.strip_prefix(at)
+                            .is_some_and(|rest| rest.starts_with(['.', ':', '[']))
+                    })
+                    .map_or(rules::STRICT, |(_, rule)| rule);
                 self.violate(
-                    rules::STRICT,
+                    rule,
                     Kind::Shape,
                     format!(
                         "the core refuses {}: {why}",
@@ -714,8 +731,11 @@ impl Context {
                 format!("{why}; {SETUP_CASE} reports it, so this case is not failed for it again"),
                 SkipKind::Outside,
             );
+        } else if case.id == SETUP_CASE {
+            // The hello is this case's own step: its missing answer.
+            ev.fail(Kind::Missing, why.to_owned()).found_by("reply");
         } else {
-            ev.fail(Kind::Missing, why.to_owned());
+            ev.setup_failed(Kind::Missing, why.to_owned());
         }
         CaseResult::graded(case, ev, self.strict, started, vec![])
     }
@@ -1007,7 +1027,7 @@ impl CaseRun<'_> {
                         &mut errors,
                     );
                     for m in errors {
-                        let mut f = Finding::from(m).by("result");
+                        let mut f = Finding::of_pattern(m, "result", "params");
                         f.message = format!("{method}: {}", f.message);
                         self.s.ev.push(f);
                     }
@@ -1509,6 +1529,62 @@ mod tests {
         assert_eq!(r.findings.len(), 1, "the exchange ends at the first error");
         assert_eq!(r.findings[0].requirement.as_deref(), Some(rules::STRICT));
         assert_eq!(r.findings[0].kind, Kind::Shape);
+    }
+
+    /// A hello the core refuses for a field with a rule of its own breaks
+    /// that rule; one refused as a whole (an unknown field, above) breaks
+    /// the strictness rule.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_hello_field_breaks_the_rule_of_that_field() {
+        type Bend = fn(&mut Value) -> bool;
+        let bends: [(Bend, &str); 4] = [
+            (
+                |m| {
+                    if m["method"] == "host/hello" {
+                        m["params"]["runtime"]["name"] = json!("deno");
+                    }
+                    true
+                },
+                "cwx.hello.runtime",
+            ),
+            (
+                |m| {
+                    if m["method"] == "host/hello" {
+                        m["params"]["tier"] = json!(7);
+                    }
+                    true
+                },
+                "cwx.hello.tier",
+            ),
+            (
+                |m| {
+                    if m["method"] == "host/hello" {
+                        m["params"]["protocol"]["min"] = json!("one");
+                    }
+                    true
+                },
+                "cwx.hello.protocol",
+            ),
+            (
+                |m| {
+                    if m["method"] == "host/hello" {
+                        m["params"]["builtin_modules"] = json!({});
+                    }
+                    true
+                },
+                "cwx.hello.modules",
+            ),
+        ];
+        for (bend, rule) in bends {
+            let r = run(bend, PING).await;
+            assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
+            let named: Vec<_> = r
+                .findings
+                .iter()
+                .filter_map(|f| f.requirement.as_deref())
+                .collect();
+            assert_eq!(named, [rule], "{:?}", r.findings);
+        }
     }
 
     #[tokio::test(start_paused = true)]

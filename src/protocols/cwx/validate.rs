@@ -283,7 +283,25 @@ fn params<T: DeserializeOwned>(method: &str, p: &Option<Value>) -> Result<T, Str
     if !p.is_object() {
         return Err(format!("{method}: params must be an object"));
     }
-    serde_json::from_value(p).map_err(|e| format!("{method}: {e}"))
+    // The error names the field it is about (`host/hello.tier: ...`), for
+    // the rule of that field; one about the params as a whole (an unknown
+    // field) names the method.
+    serde_path_to_error::deserialize(p).map_err(|e| {
+        let mut at = e.path().to_string();
+        let inner = e.into_inner();
+        // An unknown field is the fault of the object that holds it.
+        if inner.to_string().starts_with("unknown field") {
+            match at.rfind('.') {
+                Some(i) => at.truncate(i),
+                None => at = ".".into(),
+            }
+        }
+        if at == "." {
+            format!("{method}: {inner}")
+        } else {
+            format!("{method}.{at}: {inner}")
+        }
+    })
 }
 
 /// Whether the params read as `T`.
