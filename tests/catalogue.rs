@@ -280,7 +280,10 @@ mod cwx {
         let catalogue = Protocol::Cwx.catalogue();
         let cases = load::<cwx::HostCases>(&[]).expect("the corpus loads");
         super::assert_musts_covered(catalogue, &cases, Role::Host);
-        let fields = cwx::driver::rules::FIELDS.iter().map(|(_, rule)| rule);
+        let fields = cwx::driver::rules::FIELDS
+            .iter()
+            .chain(cwx::driver::rules::RESULTS)
+            .map(|(_, rule)| rule);
         for rule in cwx::driver::rules::ALL.iter().chain(fields) {
             assert!(
                 catalogue.get(rule).is_some(),

@@ -58,6 +58,12 @@ pub mod rules {
         ("host/hello.builtin_modules", "cwx.hello.modules"),
         ("host/hello.memory_limit_mib", "cwx.hello.memory-limit"),
     ];
+    /// The wire type each call's result must be, by the rule that gives it.
+    pub const RESULTS: &[(&str, &str)] = &[
+        ("tool/call", "cwx.tool.result"),
+        ("command/run", "cwx.command.result"),
+        ("hook/evaluate", "cwx.hook.verdict"),
+    ];
     pub const ALL: &[&str] = &[
         FRAME,
         MAX_OUT,
@@ -1371,10 +1377,18 @@ impl CaseRun<'_> {
         }
         for check in &expect.checks {
             match (check, &answer) {
-                (NamedCheck::ResultShape, Ok(r)) => found.extend(
-                    validate::result_violation(method, r)
-                        .map(|e| Finding::new(None, Kind::Shape, e).by("result-shape")),
-                ),
+                // A result that is not its method's wire type breaks the
+                // rule of that type, whatever else the case is about.
+                (NamedCheck::ResultShape, Ok(r)) => {
+                    let rule = rules::RESULTS
+                        .iter()
+                        .find(|(m, _)| *m == method)
+                        .map(|(_, rule)| *rule);
+                    found.extend(
+                        validate::result_violation(method, r)
+                            .map(|e| Finding::new(rule, Kind::Shape, e).by("result-shape")),
+                    )
+                }
                 (NamedCheck::ResultShape, Err(_)) | (NamedCheck::Hello, _) => {}
             }
         }

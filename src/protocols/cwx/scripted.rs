@@ -398,14 +398,43 @@ fn parsed(payload: &str) -> Option<Value> {
 
 /// What the core did in `case`, as evidence for the grader.
 pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -> Evidence {
-    crate::peer::evidence(
-        every_message(events, case.config.tier, end),
+    let broken = every_message(events, case.config.tier, end);
+    let halted = !broken.is_empty() && handshake_refused(events);
+    let mut ev = crate::peer::evidence(
+        broken,
         &case.steps,
         |s| s.info,
         |s| check_step(&s.check, events, end),
         "core",
         describe(events, end),
-    )
+    );
+    // The host refused the core's handshake for a rule a finding names:
+    // what the core then never did, and how it exited, follow from that.
+    if halted {
+        for f in &mut ev.findings {
+            if f.requirement.is_none() && matches!(f.kind, Kind::Missing | Kind::Process) {
+                f.consequence = true;
+            }
+        }
+    }
+    ev
+}
+
+/// Whether the core sent `host/initialize` and conform's host, refusing
+/// it, never said `host/ready`.
+fn handshake_refused(events: &[Event]) -> bool {
+    let sent = |dir_in: bool, method: &str| {
+        events.iter().any(|e| match e {
+            Event::In { payload, .. } if dir_in => {
+                parsed(payload).is_some_and(|v| v["method"] == method)
+            }
+            Event::Out { payload, .. } if !dir_in => {
+                parsed(payload).is_some_and(|v| v["method"] == method)
+            }
+            _ => false,
+        })
+    };
+    sent(true, "host/initialize") && !sent(false, "host/ready")
 }
 
 fn check_step(check: &CoreCheck, events: &[Event], end: CoreEnd) -> Check {
@@ -912,4 +941,84 @@ fn every_message(events: &[Event], tier: Tier, end: CoreEnd) -> Vec<(String, Kin
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::cwx::CoreCases;
+
+    fn core_sent(t_ms: u64, v: Value) -> Event {
+        Event::In {
+            t_ms,
+            payload: v.to_string(),
+        }
+    }
+
+    fn host_sent(t_ms: u64, v: Value) -> Event {
+        Event::Out {
+            t_ms,
+            payload: v.to_string(),
+        }
+    }
+
+    const EXITED: CoreEnd = CoreEnd {
+        code: Some(1),
+        stopped: false,
+        ms: 200,
+        host_outlived: false,
+        host_left_open: false,
+    };
+
+    /// Issue 26, item 12: a core whose `host/initialize` the host refuses
+    /// breaks the rule that refusal names; the workload it then never sends
+    /// counts against none of the case's requirements.
+    #[test]
+    fn what_a_refused_handshake_leaves_undone_is_its_consequence() {
+        let case = crate::case::embedded::<CoreCases>("cwx/core/workload/plugin");
+        let hello = Host::new(Tier::Plugin).hello();
+        let init = json!({"jsonrpc":"2.0","id":1,"method":"host/initialize","params":{"protocol":2,
+            "limits":{"max_frame":33554432,"max_inflight":256,"dispose_deadline_ms":5000,"activate_deadline_ms":10000}}});
+        let refusal = json!({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"protocol 2 is outside 1..=1"}});
+        let events = [
+            host_sent(0, hello.clone()),
+            core_sent(5, init),
+            host_sent(6, refusal),
+        ];
+        let ev = evidence(&case, &events, EXITED);
+        let named: Vec<_> = ev
+            .findings
+            .iter()
+            .filter_map(|f| f.requirement.clone())
+            .collect();
+        assert_eq!(named, ["cwx.core.protocol"], "{:?}", ev.findings);
+        let unnamed: Vec<_> = ev
+            .findings
+            .iter()
+            .filter(|f| f.requirement.is_none())
+            .collect();
+        assert!(
+            !unnamed.is_empty(),
+            "the workload's checks still fail the case"
+        );
+        assert!(unnamed.iter().all(|f| f.consequence), "{unnamed:?}");
+        // A core that shook hands and then never sent its workload: that is
+        // its own failure.
+        let ready = json!({"jsonrpc":"2.0","method":"host/ready","params":{}});
+        let init = json!({"jsonrpc":"2.0","id":1,"method":"host/initialize","params":{"protocol":1,
+            "limits":{"max_frame":33554432,"max_inflight":256,"dispose_deadline_ms":5000,"activate_deadline_ms":10000}}});
+        let answer = json!({"jsonrpc":"2.0","id":1,"result":{"protocol":1}});
+        let events = [
+            host_sent(0, hello),
+            core_sent(5, init),
+            host_sent(6, answer),
+            host_sent(6, ready),
+        ];
+        let ev = evidence(&case, &events, EXITED);
+        assert!(
+            ev.findings
+                .iter()
+                .any(|f| f.requirement.is_none() && !f.consequence)
+        );
+    }
 }
