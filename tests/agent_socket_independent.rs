@@ -836,3 +836,42 @@ fn the_independent_reference_passes_and_each_variant_is_caught_as_recorded() {
     settings.bind(|| insta::assert_snapshot!("agent_socket_independent", table));
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
+
+/// Issue 26, item 12: a reply that is not one line of JSON breaks the
+/// framing rule, whatever the case asked; the certificate does not charge it
+/// to the version, shape or sandbox rules of the cases that met it. The
+/// independent server's `reply-indented` spreads every reply over lines.
+#[test]
+fn a_reply_that_is_not_a_line_of_json_is_charged_to_the_framing_rule() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the independent server needs it");
+        return;
+    }
+    let bundle = tempfile::tempdir().unwrap();
+    let out = support::conform()
+        .args(["run", "--protocol", "agent-socket", "--format", "json"])
+        .args(["--target", &target(Some("reply-indented"))])
+        .args(["--filter", "agent-socket/handshake/"])
+        .arg("--certify")
+        .arg(bundle.path())
+        .output()
+        .expect("conform runs");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cert: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(bundle.path().join("certification.json")).expect("a bundle"),
+    )
+    .unwrap();
+    let failed: BTreeSet<&str> = cert["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verdict"] == "fail")
+        .filter_map(|r| r["id"].as_str())
+        .collect();
+    assert_eq!(failed, BTreeSet::from(["as.framing.line"]));
+}

@@ -1005,7 +1005,8 @@ impl CaseRun<'_> {
                     // a reply that starts is a whole line.
                     ReplyRule::IfAny | ReplyRule::Due if cut => {
                         self.ev
-                            .fail(
+                            .broke(
+                                validate::rules::FRAMING_LINE,
                                 Kind::Framing,
                                 format!(
                                     "{what}: the reply is not a whole line: {seen}{}",
@@ -1061,14 +1062,16 @@ impl CaseRun<'_> {
                     self.ev.observe(format!("{what}: {e}"));
                 } else if matches!(rule, ReplyRule::IfAny | ReplyRule::Due) {
                     self.ev
-                        .fail(
+                        .broke(
+                            validate::rules::FRAMING_LINE,
                             Kind::Malformed,
                             format!("{what}: {e} (a reply is one line of JSON): {got}"),
                         )
                         .found_by("reply");
                 } else {
                     self.ev
-                        .fail(
+                        .broke(
+                            validate::rules::FRAMING_LINE,
                             Kind::Malformed,
                             format!("{what}: {e} (a reply is one line of compact JSON): {got}"),
                         )

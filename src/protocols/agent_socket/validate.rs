@@ -445,6 +445,10 @@ pub mod rules {
     pub const ERROR_CODE: &str = "as.jsonrpc.error-code";
     pub const RESERVED_NAMESPACE: &str = "as.tools.reserved-namespace";
     pub const UNIQUE_NAME: &str = "as.tools.unique-name";
+    /// "Lines are JSON-RPC 2.0 messages ... compact JSON followed by `\n`":
+    /// a reply that is not one whole line of JSON breaks it, whatever the
+    /// case asked.
+    pub const FRAMING_LINE: &str = "as.framing.line";
 }
 
 /// What an `agent/initialize` result says of the sandbox half.
