@@ -514,8 +514,26 @@ impl<W: Watch> Session<W> {
     pub fn expand(&mut self, v: &Value) -> Option<Value> {
         match crate::matcher::expand(v, &self.vars) {
             Ok(v) => Some(v),
+            // A capture the target's answer gave without the field a later
+            // step needs (`${s.sessionId}` of a result with none): the case
+            // cannot go on, on the target's account, and the rule the
+            // answer broke is named where it came; a name the case never
+            // captured is the case file's fault.
             Err(e) => {
-                self.ev.error(e.to_string());
+                let captured =
+                    e.0.split_once('.')
+                        .is_some_and(|(root, _)| self.vars.get(root).is_some());
+                if captured {
+                    self.ev.setup_failed(
+                        Kind::Missing,
+                        format!(
+                            "a later step needs `{}`, which the target's answer did not give",
+                            e.0
+                        ),
+                    );
+                } else {
+                    self.ev.error(e.to_string());
+                }
                 None
             }
         }

@@ -1130,6 +1130,17 @@ impl CaseRun<'_> {
             .answer(&mut self.role, &key, "session/new", request_bound())
             .await
         {
+            // A session the steps cannot name is a failed set-up, as an
+            // error would be: the session case reports what the result
+            // lacks, and no step sends a prompt for a session it was never
+            // given.
+            Some(Ok(result)) if result["sessionId"].as_str().is_none_or(str::is_empty) => {
+                let why = format!(
+                    "set-up: the session/new result gives no sessionId ({})",
+                    matcher::brief(&result)
+                );
+                self.setup_failed(why, SESSION_CASE);
+            }
             Some(Ok(result)) => self.set_session(result),
             Some(Err(e)) => match outside_protocol("session/new", &e, self.auth_offered()) {
                 Some(why) => self.s.ev.skip(why, SkipKind::Outside),
