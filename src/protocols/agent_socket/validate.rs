@@ -354,8 +354,11 @@ pub fn envelope(reply: &Reply, request_id: Option<&Value>) -> Vec<EnvelopeFindin
     // `jsonrpc: Literal["2.0"]`.
     match o.get("jsonrpc") {
         Some(Value::String(s)) if s == "2.0" => {}
-        Some(other) => out.push((None, format!("`jsonrpc` is {other}, not \"2.0\""))),
-        None => out.push((None, "`jsonrpc` is missing".into())),
+        Some(other) => out.push((
+            Some(rules::VERSION),
+            format!("`jsonrpc` is {other}, not \"2.0\""),
+        )),
+        None => out.push((Some(rules::VERSION), "`jsonrpc` is missing".into())),
     }
     // "Either the result member or error member MUST be included, but both
     // members MUST NOT be included." Vibe takes a null member for none.
@@ -364,12 +367,12 @@ pub fn envelope(reply: &Reply, request_id: Option<&Value>) -> Vec<EnvelopeFindin
     let set = |m: Option<&Value>| m.is_some_and(|v| !v.is_null());
     match (result, error) {
         _ if set(result) && set(error) => out.push((
-            None,
+            Some(rules::RESULT_OR_ERROR),
             "the reply carries both `result` and `error`: Vibe reads the error and loses the result"
                 .into(),
         )),
         _ if !set(result) && !set(error) => out.push((
-            None,
+            Some(rules::RESULT_OR_ERROR),
             "the reply carries neither a `result` nor an `error` (a null member is none)".into(),
         )),
         (Some(_), Some(_)) => out.push((
@@ -390,7 +393,7 @@ pub fn envelope(reply: &Reply, request_id: Option<&Value>) -> Vec<EnvelopeFindin
     let id_rule = if is_error {
         Some(rules::ERROR_ID)
     } else {
-        None
+        Some(rules::ID)
     };
     let expected = request_id.cloned().unwrap_or(Value::Null);
     match o.get("id") {
@@ -416,16 +419,28 @@ pub fn envelope(reply: &Reply, request_id: Option<&Value>) -> Vec<EnvelopeFindin
                             vibe_int(c).unwrap_or_default()
                         ),
                     )),
-                    Some(c) => out.push((None, format!("`error.code` is {c}, not an integer"))),
-                    None => out.push((None, "`error.code` is missing".into())),
+                    Some(c) => out.push((
+                        Some(rules::ERROR_OBJECT),
+                        format!("`error.code` is {c}, not an integer"),
+                    )),
+                    None => out.push((Some(rules::ERROR_OBJECT), "`error.code` is missing".into())),
                 }
                 match body.get("message") {
                     Some(Value::String(_)) => {}
-                    Some(m) => out.push((None, format!("`error.message` is {m}, not a string"))),
-                    None => out.push((None, "`error.message` is missing".into())),
+                    Some(m) => out.push((
+                        Some(rules::ERROR_OBJECT),
+                        format!("`error.message` is {m}, not a string"),
+                    )),
+                    None => out.push((
+                        Some(rules::ERROR_OBJECT),
+                        "`error.message` is missing".into(),
+                    )),
                 }
             }
-            other => out.push((None, format!("`error` is {other}, not an object"))),
+            other => out.push((
+                Some(rules::ERROR_OBJECT),
+                format!("`error` is {other}, not an object"),
+            )),
         }
     }
     out
@@ -443,6 +458,10 @@ pub mod rules {
     pub const ONE_MEMBER: &str = "as.jsonrpc.one-member";
     pub const ERROR_ID: &str = "as.jsonrpc.error-id";
     pub const ERROR_CODE: &str = "as.jsonrpc.error-code";
+    pub const VERSION: &str = "as.jsonrpc.version";
+    pub const ID: &str = "as.jsonrpc.id";
+    pub const RESULT_OR_ERROR: &str = "as.jsonrpc.result-or-error";
+    pub const ERROR_OBJECT: &str = "as.jsonrpc.error-object";
     pub const RESERVED_NAMESPACE: &str = "as.tools.reserved-namespace";
     pub const UNIQUE_NAME: &str = "as.tools.unique-name";
     /// "Lines are JSON-RPC 2.0 messages ... compact JSON followed by `\n`":
@@ -761,7 +780,7 @@ mod tests {
     }
 
     #[test]
-    fn envelope_rules_vibe_copes_with_name_their_should() {
+    fn every_envelope_breach_names_its_rule() {
         let rules = |v: Value, id: Value| -> Vec<Option<&'static str>> {
             envelope(&reply(v), Some(&id))
                 .into_iter()
@@ -771,7 +790,7 @@ mod tests {
         assert!(rules(json!({"jsonrpc": "2.0", "id": 5, "result": {}}), json!(5)).is_empty());
         assert_eq!(
             rules(json!({"jsonrpc": "2.0", "id": 6, "result": {}}), json!(5)),
-            [None],
+            [Some(rules::ID)],
             "Vibe refuses a result with another id"
         );
         assert_eq!(
@@ -794,7 +813,7 @@ mod tests {
                 json!({"jsonrpc": "2.0", "id": 5, "result": {}, "error": {"code": 1, "message": "m"}}),
                 json!(5)
             ),
-            [None]
+            [Some(rules::RESULT_OR_ERROR)]
         );
         assert_eq!(
             rules(
@@ -808,7 +827,7 @@ mod tests {
                 json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32001}}),
                 json!(5)
             ),
-            [None]
+            [Some(rules::ERROR_OBJECT)]
         );
         assert_eq!(
             envelope(
@@ -822,6 +841,14 @@ mod tests {
             .collect::<Vec<_>>(),
             [Some(rules::ERROR_ID)],
             "a line whose id could not be detected is answered with a null id"
+        );
+        assert_eq!(
+            rules(json!({"id": 5, "result": {}}), json!(5)),
+            [Some(rules::VERSION)]
+        );
+        assert_eq!(
+            rules(json!({"jsonrpc": "2.0", "id": 5}), json!(5)),
+            [Some(rules::RESULT_OR_ERROR)]
         );
     }
 
