@@ -644,19 +644,8 @@ fn a_wrong_stop_reason_after_cancel_fails_only_the_stop_reason_rule() {
         ],
     );
     assert_eq!(code, 1, "{stderr}\n{}", support::outcome_text(&report));
-    let bundle: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("certification.json")).expect("a bundle"),
-    )
-    .unwrap();
-    let verdict = |id: &str| {
-        bundle["requirements"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .map(|r| r["verdict"].as_str().unwrap().to_owned())
-            .unwrap()
-    };
+    let verdicts = support::verdicts(dir.path());
+    let verdict = |id: &str| verdicts[id].clone();
     assert_eq!(verdict("acp.cancel.stop-reason-cancelled"), "fail");
     for id in [
         "acp.cancel.no-error-on-cancel",

@@ -419,18 +419,7 @@ fn certified_failures(deviation: &str) -> (BTreeSet<String>, Vec<String>) {
         .filter(|c| c["outcome"] == "error")
         .map(|c| c["id"].as_str().unwrap_or("?").to_owned())
         .collect();
-    let cert: Value = serde_json::from_slice(
-        &std::fs::read(bundle.path().join("certification.json")).expect("a bundle"),
-    )
-    .unwrap();
-    let failed = cert["requirements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["verdict"] == "fail")
-        .filter_map(|r| r["id"].as_str().map(str::to_owned))
-        .collect();
-    (failed, errors)
+    (support::failed_requirements(bundle.path()), errors)
 }
 
 /// Issue 26, item 12: one breach, charged to its rule alone. A session/new

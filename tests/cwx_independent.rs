@@ -753,19 +753,8 @@ fn what_a_refused_message_leaves_unanswered_is_charged_to_the_refusal() {
     args.push(dir.path().display().to_string());
     let cases = run(&args);
     assert!(with("fail", &cases).len() == 3, "{cases:?}");
-    let bundle: Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("certification.json")).expect("a bundle"),
-    )
-    .unwrap();
-    let verdict = |id: &str| {
-        bundle["requirements"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .map(|r| r["verdict"].as_str().unwrap().to_owned())
-            .unwrap()
-    };
+    let verdicts = support::verdicts(dir.path());
+    let verdict = |id: &str| verdicts[id].clone();
     assert_eq!(verdict("cwx.strict.host-messages"), "fail");
     for id in [
         "cwx.tool.result",

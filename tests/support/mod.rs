@@ -112,6 +112,32 @@ pub fn report_from(bytes: &[u8]) -> Value {
     report
 }
 
+/// The verdict of each requirement in the certification bundle `conform
+/// run --certify DIR` wrote, the bundle checked against its schema.
+pub fn verdicts(dir: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let text = std::fs::read_to_string(dir.join("certification.json")).expect("a bundle");
+    bundle_from(&text)["requirements"]
+        .as_array()
+        .expect("requirements")
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap_or("?").to_owned(),
+                r["verdict"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The requirements a certification bundle in `dir` fails.
+pub fn failed_requirements(dir: &std::path::Path) -> BTreeSet<String> {
+    verdicts(dir)
+        .into_iter()
+        .filter(|(_, v)| v == "fail")
+        .map(|(id, _)| id)
+        .collect()
+}
+
 /// A certification bundle read from `text`, checked against its schema.
 pub fn bundle_from(text: &str) -> Value {
     let bundle: Value = serde_json::from_str(text).expect("certification.json is JSON");
