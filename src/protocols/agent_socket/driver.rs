@@ -1668,7 +1668,11 @@ mod tests {
         assert_eq!(r.outcome, Outcome::Fail, "{}", r.message);
         assert_eq!(r.findings.len(), 1, "{}", r.message);
         assert_eq!(r.findings[0].kind, Kind::Envelope);
-        assert_eq!(r.findings[0].requirement, None);
+        assert_eq!(
+            r.findings[0].requirement.as_deref(),
+            Some(validate::rules::ID),
+            "a result's id names the id rule"
+        );
     }
 
     /// A server in memory that answers the handshake's connection and
