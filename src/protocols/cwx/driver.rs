@@ -64,6 +64,10 @@ pub mod rules {
         ("command/run", "cwx.command.result"),
         ("hook/evaluate", "cwx.hook.verdict"),
     ];
+    /// The rule of `method`'s result type, if it has one of its own.
+    pub fn result_rule(method: &str) -> Option<&'static str> {
+        RESULTS.iter().find(|(m, _)| *m == method).map(|(_, r)| *r)
+    }
     pub const ALL: &[&str] = &[
         FRAME,
         MAX_OUT,
@@ -1250,7 +1254,7 @@ impl CaseRun<'_> {
             if let Ok(r) = &answer
                 && let Some(why) = validate::result_violation(method, r)
             {
-                found.push(Finding::new(None, Kind::Shape, why));
+                found.push(Finding::new(rules::result_rule(method), Kind::Shape, why));
             }
             let Some(at) = cancelled_at.filter(|_| cancel_after.is_some()) else {
                 break;
@@ -1380,10 +1384,7 @@ impl CaseRun<'_> {
                 // A result that is not its method's wire type breaks the
                 // rule of that type, whatever else the case is about.
                 (NamedCheck::ResultShape, Ok(r)) => {
-                    let rule = rules::RESULTS
-                        .iter()
-                        .find(|(m, _)| *m == method)
-                        .map(|(_, rule)| *rule);
+                    let rule = rules::result_rule(method);
                     found.extend(
                         validate::result_violation(method, r)
                             .map(|e| Finding::new(rule, Kind::Shape, e).by("result-shape")),
