@@ -75,6 +75,14 @@ DEVIATIONS = [
     "elicitation_unadvertised",
 ]
 
+# Round 3 (deviations-round3.json): kept apart so that DEVIATIONS and deviations.json stay as
+# they were.  --deviation accepts them; --list-deviations lists them after the others.
+DEVIATIONS_ROUND3 = [
+    "negative_id_positive", "protocol_version_string", "permission_stale_tool_call_id",
+    "fs_read_stale_session", "terminal_output_after_release", "cancel_wrong_session",
+    "message_id_split", "list_cursor_on_last_page",
+]
+
 SUPPORTED_PROTOCOL_VERSIONS = (1,)
 AGENT_NAME = "fake-acp-agent"
 AGENT_TITLE = "Fake ACP Agent \u00b7 reference"  # the middle dot is deliberately non-ASCII
@@ -842,7 +850,11 @@ class Turn:
         message_id = new_message_id()
         cut = text.find(" ", len(text) // 2)
         pieces = [text[:cut], text[cut:]] if 0 < cut < len(text) - 1 else [text]
-        for piece in pieces:
+        for index, piece in enumerate(pieces):
+            # schema ContentChunk.messageId: "All chunks belonging to the same message share the
+            # same `messageId`."
+            if DEV == "message_id_split" and index == 1:
+                message_id = new_message_id()
             self.update({"sessionUpdate": kind, "messageId": message_id,
                          "content": {"type": "text", "text": piece}})
 
@@ -918,9 +930,16 @@ class Turn:
         if DEV == "permission_invalid_option_kind":
             for option, bad in zip(options, ("allow", "allow_forever", "deny", "deny_forever")):
                 option["kind"] = bad
+        # schema RequestPermissionRequest.toolCall: "Details about the tool call requiring
+        # permission." -- this tool call, not the one asked about before it.
+        wire_tool_id = tool_id
+        if DEV == "permission_stale_tool_call_id":
+            wire_tool_id = getattr(self, "last_permission_tool", None) or tool_id
+            self.last_permission_tool = tool_id
         result, error = self.call_client("session/request_permission", {
             "sessionId": self.session.id,
-            "toolCall": {"toolCallId": tool_id, "title": title, "kind": kind, "status": "pending"},
+            "toolCall": {"toolCallId": wire_tool_id, "title": title, "kind": kind,
+                         "status": "pending"},
             "options": options,
         })
         if self.is_cancelled():
@@ -1360,6 +1379,11 @@ class Turn:
     def read_file(self, path: str, as_typed: str, line: int | None, limit: int | None):
         if self.can_read_via_client():
             params = {"sessionId": self.session.id, "path": self.wire_path(path, as_typed)}
+            # schema ReadTextFileRequest.sessionId: "The session ID for this request."
+            if DEV == "fs_read_stale_session":
+                if getattr(self.agent, "fs_read_session", None) is None:
+                    self.agent.fs_read_session = self.session.id
+                params["sessionId"] = self.agent.fs_read_session
             # overview.mdx#argument-requirements: "Line numbers are 1-based"; file-system.mdx:
             # `line` is the "Optional line number to start reading from (1-based)".
             if DEV == "zero_based_line":
@@ -1538,6 +1562,10 @@ class Turn:
                 if exit_status is None and isinstance(out.get("exitStatus"), dict):
                     exit_status = out["exitStatus"]
         self.release_terminal(terminal_id)
+        # schema (terminal/release): "After release, the `TerminalId` can no longer be used with
+        # other `terminal/*` methods"
+        if DEV == "terminal_output_after_release" and not self.is_cancelled():
+            self.call_client("terminal/output", {"sessionId": sid, "terminalId": terminal_id})
         if DEV == "terminal_embedded_after_release":
             self.tool_update(tool_id, content=embed)
         if self.is_cancelled():
@@ -1642,6 +1670,9 @@ class Agent:
         # object if included."
         if DEV == "string_id_as_number" and isinstance(rid, str):
             return int(rid) if rid.isdigit() else zlib.crc32(rid.encode("utf-8")) & 0x7FFFFFFF
+        if DEV == "negative_id_positive" and isinstance(rid, int) and not isinstance(rid, bool) \
+                and rid < 0:
+            return -rid
         return rid
 
     def reply(self, rid, result, pretty: bool = False) -> None:
@@ -1836,8 +1867,15 @@ class Agent:
         if method == "session/cancel":
             session = self.sessions.get(params.get("sessionId")) if isinstance(params.get("sessionId"), str) else None
             turn = session.turn if session else None
+            # schema CancelNotification.sessionId: "The ID of the session to cancel operations for."
+            if DEV == "cancel_wrong_session" and turn is not None:
+                with self.lock:
+                    others = [t for t in self.turns_by_request.values()
+                              if t.session is not session and not t.responded]
+                if others:
+                    turn = max(others, key=lambda t: t.started)
             if turn is not None:
-                log(f"cancelling the turn of {session.id}")
+                log(f"cancelling the turn of {turn.session.id}")
                 turn.cancel()
             return
         if method == "$/cancel_request":
@@ -2038,6 +2076,10 @@ class Agent:
         chosen = version if version in SUPPORTED_PROTOCOL_VERSIONS else max(SUPPORTED_PROTOCOL_VERSIONS)
         if DEV == "echo_unsupported_version":
             chosen = version
+        # initialization.mdx#protocol-version: "The protocol versions that appear in the
+        # `initialize` requests and responses are a single integer"
+        if DEV == "protocol_version_string":
+            chosen = str(chosen)
         auth_caps = self.client_caps.get("auth")
         auth_methods = []
         # schema $defs.AuthMethodTerminal: "Agents MUST advertise this method only when the
@@ -2262,6 +2304,11 @@ class Agent:
                 f"offset:{offset + LIST_PAGE_SIZE}".encode("ascii")).decode("ascii")
         if DEV == "list_no_match_missing_array" and not items:
             result = {}
+        # session-list.mdx: "If absent, there are no more results." -- nextCursor only when more
+        # results are available.
+        if DEV == "list_cursor_on_last_page" and "nextCursor" not in result and page:
+            result["nextCursor"] = base64.urlsafe_b64encode(
+                f"offset:{offset + LIST_PAGE_SIZE}".encode("ascii")).decode("ascii")
         self.reply(rid, result)
 
     def on_set_mode(self, rid, params: dict) -> None:
@@ -2351,7 +2398,7 @@ class Agent:
 def main() -> None:
     global DEV
     parser = argparse.ArgumentParser(description="Reference ACP v1 agent with a fake keyword model")
-    parser.add_argument("--deviation", choices=DEVIATIONS, default=None,
+    parser.add_argument("--deviation", choices=DEVIATIONS + DEVIATIONS_ROUND3, default=None,
                         help="break exactly one normative rule (see deviations.json)")
     parser.add_argument("--state-dir", default=os.environ.get("FAKE_ACP_STATE_DIR"),
                         help="persist sessions here so session/load works across restarts")
@@ -2359,7 +2406,7 @@ def main() -> None:
     parser.add_argument("--login", action="store_true", help="terminal-auth login flow (succeeds at once)")
     args = parser.parse_args()
     if args.list_deviations:
-        print("\n".join(DEVIATIONS))
+        print("\n".join(DEVIATIONS + DEVIATIONS_ROUND3))
         return
     if args.login:
         sys.stderr.write("fake-acp-agent: logged in\n")

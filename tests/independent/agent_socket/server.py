@@ -148,12 +148,25 @@ DEVIATIONS = {
     "socket-dir-0755": "a missing socket directory is created with mode 0755",
 }
 
+# Round 3: listed in deviations-round3.json (kept apart so that deviations.json and
+# DEVIATIONS above stay exactly as they were).
+DEVIATIONS_ROUND3 = {
+    "id-zero-null": "a success reply to a request with id 0 carries id null",
+    "notification-answered": "a request without id (a notification) gets a reply",
+    "batch-empty-array": "a batch of notifications only is answered with []",
+    "timeout-int-refused": "an integer timeout (e.g. 5) is refused with -32602",
+    "command-nonascii-dropped": "non-ASCII characters are dropped from the command",
+    "readfile-maxbytes-zero-null": "readFile with maxBytes 0 of an existing file answers null",
+    "readfile-tilde-literal": "readFile does not expand a leading ~",
+    "tool-input-null-refused": "tools/call with input null is refused with -32602",
+}
+
 DEVIATION: str | None = None
 
 
 def dev(name: str) -> bool:
     """True when this run breaks the sentence behind deviation ``name``."""
-    assert name in DEVIATIONS, name
+    assert name in DEVIATIONS or name in DEVIATIONS_ROUND3, name
     return DEVIATION == name
 
 
@@ -222,6 +235,10 @@ def make_error(rid: object, code: int, message: str, data: object = _NO_DATA) ->
 
 
 def make_result(rid: object, result: object) -> dict:
+    # JSON-RPC 2.0: the id "MUST be the same as the value of the id member in
+    # the Request Object" -- 0 included.
+    if dev("id-zero-null") and rid == 0 and not isinstance(rid, bool):
+        rid = None
     reply = {"jsonrpc": "2.0", "id": rid, "result": result}
     # JSON-RPC 2.0: "Either the result member or error member MUST be included,
     # but both members MUST NOT be included."
@@ -563,6 +580,9 @@ async def method_execute(params: dict) -> dict:
     cwd = req_str(params, "cwd")
     if "\x00" in command:
         raise invalid_params("command cannot hold a NUL character")
+    # "``execute`` runs ``command``" -- as written, non-ASCII text included.
+    if dev("command-nonascii-dropped"):
+        command = command.encode("ascii", errors="ignore").decode("ascii")
     timeout = params.get("timeout")
     # class _ExecuteParams: "timeout: float | None" -- null is no timeout of
     # the caller's; the server's own limit still applies.
@@ -571,6 +591,9 @@ async def method_execute(params: dict) -> dict:
             raise invalid_params("timeout must be a number")
     elif not is_number(timeout) or timeout <= 0:
         raise invalid_params("timeout must be a positive number or null")
+    # ``"timeout": float | null`` -- a JSON number without a fraction is a number too.
+    elif dev("timeout-int-refused") and isinstance(timeout, int):
+        raise invalid_params("timeout must be a float")
     return await run_command(command, cwd, None if timeout is None else float(timeout))
 
 
@@ -737,6 +760,10 @@ async def method_read_file(params: dict) -> dict:
     max_bytes = params.get("maxBytes")
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
         raise invalid_params("maxBytes must be a non-negative integer")
+    # "A path starting with ``~`` is kept as written, for the sandbox to expand
+    # against its own home."
+    if dev("readfile-tilde-literal") and path.startswith("~"):
+        path = os.path.join(CONFIG.workspace or "/", path)
     try:
         content = await asyncio.to_thread(read_file_sync, path, max_bytes)
     except OSError as e:
@@ -749,6 +776,9 @@ async def method_read_file(params: dict) -> dict:
             return {"contentBase64": ""}
         return {"contentBase64": None}
     if dev("readfile-empty-null") and content == b"":
+        return {"contentBase64": None}
+    # "null when there is no such file" -- maxBytes 0 of an existing file is "".
+    if dev("readfile-maxbytes-zero-null") and max_bytes == 0:
         return {"contentBase64": None}
     # base64.b64decode(reply.content_base64, validate=True): the standard
     # alphabet with padding, nothing else in the string.
@@ -876,6 +906,9 @@ async def method_tools_call(params: dict) -> object:
     if "input" not in params:
         raise invalid_params("input is required")
     value = params["input"]
+    # ``"input": JSON`` -- null is a JSON value.
+    if dev("tool-input-null-refused") and value is None:
+        raise invalid_params("input is required")
     tool_call_id = req_str(params, "toolCallId")
     caller = parse_caller(params)
     # "``name`` is ``namespace.name``"
@@ -942,8 +975,13 @@ async def process_line(line: bytes, conn: dict) -> object:
         # JSON-RPC 2.0 batch: an empty one is a single Invalid Request.
         if not message:
             return make_error(None, invalid_request_code(), "Invalid Request: empty batch")
+        conn["in_batch"] = True
         replies = await asyncio.gather(*(handle_message(m, conn) for m in message))
         replies = [r for r in replies if r is not None]
+        # JSON-RPC 2.0: "the server MUST NOT return an empty Array and should
+        # return nothing at all."
+        if dev("batch-empty-array"):
+            return replies
         return replies or None
     return await handle_message(message, conn)
 
@@ -975,7 +1013,8 @@ async def handle_message(message: object, conn: dict) -> dict | None:
     if "id" not in message:
         # A notification: JSON-RPC 2.0 "The Server MUST NOT reply to a
         # Notification". None of this protocol's methods is one: ignored.
-        return None
+        if not (dev("notification-answered") and not conn.get("in_batch")):
+            return None
     try:
         # "``agent/initialize``, called once before the run:" -- not on each
         # connection: "Vibe connects once per request".
@@ -1167,7 +1206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, metavar="SOCKET_PATH")
     parser.add_argument("--workspace", metavar="DIR",
                         help="the sandbox workspace (default: a temporary directory)")
-    parser.add_argument("--deviation", metavar="NAME", choices=sorted(DEVIATIONS))
+    parser.add_argument("--deviation", metavar="NAME",
+                        choices=sorted(DEVIATIONS) + sorted(DEVIATIONS_ROUND3))
     parser.add_argument("--max-command-seconds", type=float, default=DEFAULT_MAX_COMMAND_SECONDS,
                         help="the sandbox's own limit on a command (default %(default)s)")
     parser.add_argument("--tool-timeout-seconds", type=float, default=DEFAULT_TOOL_TIMEOUT_SECONDS,
