@@ -53,6 +53,10 @@ pub struct Declared {
     pub handshake_failed: Option<String>,
     /// The server declared no sandbox (workspace and python null).
     pub sandbox_declared_none: bool,
+    /// The declared sandbox cannot run a command in its workspace (the
+    /// set-up probe's finding): every sandbox case stands on that, so one
+    /// case ([`SANDBOX_CASE`]) reports it and the others are skipped.
+    pub sandbox_broken: Option<String>,
     /// The set-up got nothing at all: no byte on the handshake's connection
     /// nor on the liveness probe's, within the set-up bound. Every case
     /// that needs the server to answer stands on that, so one case
@@ -66,6 +70,10 @@ pub struct Declared {
 /// The case that reports a set-up that got nothing: it checks the
 /// handshake and its bound.
 pub const SETUP_CASE: &str = "agent-socket/handshake/version";
+
+/// The case that reports a declared sandbox that cannot run a command in
+/// its workspace: it runs the set-up probe's command as a case.
+pub const SANDBOX_CASE: &str = "agent-socket/handshake/workspace-is-directory";
 
 /// A server under test, reached through `connector`.
 pub struct Session {
@@ -216,7 +224,43 @@ impl Session {
                 d.vars.set("init", r);
             }
         }
+        if let (None, Some(Value::String(ws))) = (&d.sandbox_unusable, d.vars.get("workspace")) {
+            d.sandbox_broken = self.sandbox_probe(ws).await;
+        }
         self.declared = d;
+    }
+
+    /// Whether the declared sandbox runs a command in its workspace, as
+    /// the session Vibe starts there does first: the instrument of every
+    /// sandbox case. What went wrong, when it does not.
+    async fn sandbox_probe(&self, workspace: &str) -> Option<String> {
+        const TIMEOUT: f64 = 30.0;
+        let ws = crate::matcher::shell_quote(workspace);
+        let params =
+            json!({"command": format!("test -d {ws}"), "cwd": workspace, "timeout": TIMEOUT});
+        let bound = TIMEOUT + table::EXECUTE_GRACE_SECONDS;
+        let deadline = Instant::now() + Duration::from_secs_f64(bound);
+        let why = match &self.request(deadline, "sandbox/execute", &params).await {
+            ReadOutcome::Line { line, .. } => match jsonrpc::classify_reply(line) {
+                // Read as Vibe reads it ("0" is 0 to pydantic).
+                Ok(Reply {
+                    kind: ReplyKind::Result(r),
+                    ..
+                }) => match validate::vibe_read(&r, table::EXECUTE_RESULT, "result") {
+                    Ok(read) if read.get("exitCode").and_then(Value::as_i64) == Some(0) => {
+                        return None;
+                    }
+                    Ok(read) => format!("it exited with {}", read["exitCode"]),
+                    Err(why) => format!("Vibe cannot read its result: {}", why.join("; ")),
+                },
+                Ok(r) => format!("it was answered with {}", describe_kind(&r.kind)),
+                Err(e) => e.to_string(),
+            },
+            other => describe_failed_read(other, bound),
+        };
+        Some(format!(
+            "set-up: `test -d` of the declared workspace, run in it with sandbox/execute on a connection of its own, did not succeed: {why}"
+        ))
     }
 
     /// The handshake's exchange, with patience: its answer is awaited for
@@ -272,8 +316,19 @@ impl Session {
 
     /// One `agent/initialize` on a connection of its own, read until `deadline`.
     fn exchange(&self, deadline: Instant) -> impl std::future::Future<Output = ReadOutcome> + '_ {
+        self.request(deadline, "agent/initialize", &initialize_params())
+    }
+
+    /// One request on a connection of its own, as Vibe sends each, read
+    /// until `deadline`.
+    fn request<'a>(
+        &'a self,
+        deadline: Instant,
+        method: &str,
+        params: &Value,
+    ) -> impl std::future::Future<Output = ReadOutcome> + use<'a> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = request_line(&json!(id), "agent/initialize", &initialize_params(), false);
+        let line = request_line(&json!(id), method, params, false);
         async move {
             match self.connector.connect(CONNECT_WITHIN).await {
                 Ok(mut stream) => match unix::write_all(&mut stream, &line, deadline).await {
@@ -376,6 +431,17 @@ impl Session {
             }
         } else if let Some((why, kind)) = self.skip_reason(&case.needs) {
             run.ev.skip(why, kind);
+        } else if let Some(why) = self.declared.sandbox_broken.as_ref().filter(|_| {
+            case.id != SANDBOX_CASE
+                && self.selected.contains(SANDBOX_CASE)
+                && case.needs.contains(&Need::Sandbox)
+        }) {
+            // The sandbox cannot run a command in its workspace: one case
+            // says so, the others stand on it.
+            run.ev.skip(
+                format!("{why}; {SANDBOX_CASE} reports it, so this case is not run on it"),
+                SkipKind::Outside,
+            );
         } else {
             let rounds: Vec<Option<&DeclaredTool>> = match case.for_each {
                 Some(ForEach::Tool) => self.declared.tools.iter().map(Some).collect(),
@@ -427,6 +493,14 @@ impl Session {
             std::mem::take(&mut *run.transcript.lock().unwrap_or_else(|e| e.into_inner()));
         CaseResult::graded(case, run.ev, self.strict, started, transcript)
     }
+}
+
+/// Whether `path` is field `at` or a part of it.
+fn within(path: &str, at: &str) -> bool {
+    !at.is_empty()
+        && path
+            .strip_prefix(at)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
 }
 
 /// Nothing at all came before the deadline.
@@ -1199,36 +1273,41 @@ impl CaseRun<'_> {
             // Each violation begins with the path it is about
             // (`result.tools[0].name: missing`): named by its field, for a
             // case to charge each field to its own rule.
-            let shape = |found: &mut Vec<Finding>, v: Vec<String>, root: &str| {
+            // A result of the wrong shape breaks its type's rule, where
+            // one covers the whole type (`as.exec.result`); the fields it
+            // names broken are not mismatched again by the pattern.
+            let mut broken: Vec<String> = Vec::new();
+            let mut shape = |found: &mut Vec<Finding>, v: Vec<String>, root: &str, rule| {
                 found.extend(v.into_iter().map(|e| {
                     let at = e.split_once(": ").map_or("", |(at, _)| at);
+                    broken.push(at.to_owned());
                     let check = Finding::check_of_field("shape", at, root);
-                    Finding::new(None, Kind::Shape, e).by(check)
+                    Finding::new(rule, Kind::Shape, e).by(check)
                 }));
             };
-            let (body, fields, pattern, path) = match &reply.kind {
+            let spec = p.method.as_deref().and_then(table::method);
+            let (body, fields, rule, pattern, path) = match &reply.kind {
                 ReplyKind::Result(result) => (
                     result.clone(),
-                    p.method
-                        .as_deref()
-                        .and_then(table::method)
-                        .map(|m| m.result),
+                    spec.map(|m| m.result),
+                    spec.and_then(|m| m.result_rule),
                     &expect.result,
                     "result",
                 ),
                 ReplyKind::Error { .. } => (
                     reply.object.get("error").cloned().unwrap_or(Value::Null),
                     Some(table::ERROR_BODY),
+                    None,
                     &expect.error,
                     "error",
                 ),
-                ReplyKind::Empty => (Value::Null, None, &None, ""),
+                ReplyKind::Empty => (Value::Null, None, None, &None, ""),
             };
             let mut read = body.clone();
             if let Some(fields) = fields {
                 match validate::vibe_read(&body, fields, path) {
                     Ok(v) => read = v,
-                    Err(v) if expect.shape => shape(&mut found, v, path),
+                    Err(v) if expect.shape => shape(&mut found, v, path, rule),
                     Err(_) => {}
                 }
                 // An error body's one type Vibe converts is its code's.
@@ -1256,7 +1335,7 @@ impl CaseRun<'_> {
                 }
             }
             if let Some(pattern) = pattern {
-                self.match_pattern(pattern, &read, path, &mut found);
+                self.match_pattern(pattern, &read, path, &broken, &mut found);
             }
         }
         if expect.envelope {
@@ -1313,17 +1392,20 @@ impl CaseRun<'_> {
         pattern: &Value,
         actual: &Value,
         path: &str,
+        broken: &[String],
         found: &mut Vec<Finding>,
     ) {
         match matcher::expand(pattern, &self.vars) {
             Ok(p) => {
                 let mut mismatches = Vec::new();
                 matcher::match_value(&p, Some(actual), path, &mut self.vars, &mut mismatches);
-                found.extend(
-                    mismatches
-                        .into_iter()
-                        .map(|m| Finding::of_pattern(m, path, path)),
-                );
+                found.extend(mismatches.into_iter().map(|m| {
+                    // A field the shape check found broken: its finding says so.
+                    let consequence = broken.iter().any(|at| within(&m.path, at));
+                    let mut f = Finding::of_pattern(m, path, path);
+                    f.consequence = consequence;
+                    f
+                }));
             }
             Err(e) => self.ev.error(e.to_string()),
         }

@@ -262,6 +262,10 @@ pub struct MethodSpec {
     pub half: Half,
     pub params: &'static [Field],
     pub result: &'static [Field],
+    /// The requirement a result of the wrong shape breaks, where one rule
+    /// covers the whole result type; `None` where each field has its own
+    /// (the handshake's, charged by its cases).
+    pub result_rule: Option<&'static str>,
     pub deadline: Deadline,
 }
 
@@ -271,6 +275,7 @@ pub const METHODS: &[MethodSpec] = &[
         half: Half::Handshake,
         params: INITIALIZE_PARAMS,
         result: INITIALIZE_RESULT,
+        result_rule: None,
         deadline: Deadline::Fixed(REQUEST_TIMEOUT_SECONDS),
     },
     MethodSpec {
@@ -278,6 +283,7 @@ pub const METHODS: &[MethodSpec] = &[
         half: Half::Sandbox,
         params: EXECUTE_PARAMS,
         result: EXECUTE_RESULT,
+        result_rule: Some("as.exec.result"),
         deadline: Deadline::CommandTimeoutPlusGrace,
     },
     MethodSpec {
@@ -285,6 +291,7 @@ pub const METHODS: &[MethodSpec] = &[
         half: Half::Sandbox,
         params: READ_FILE_PARAMS,
         result: READ_FILE_RESULT,
+        result_rule: Some("as.read.content"),
         deadline: Deadline::Fixed(REQUEST_TIMEOUT_SECONDS),
     },
     MethodSpec {
@@ -292,6 +299,7 @@ pub const METHODS: &[MethodSpec] = &[
         half: Half::Tools,
         params: TOOL_CALL_PARAMS,
         result: TOOL_CALL_RESULT,
+        result_rule: Some("as.tools.call-result"),
         deadline: Deadline::ToolTimeout,
     },
 ];
