@@ -69,10 +69,11 @@ pub struct Finding {
     /// certificate counts it against none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub setup: bool,
-    /// Found by the case's own check after the exchange had ended at a
-    /// protocol error another finding names (a missing answer, then): the
-    /// case fails, but the certificate counts it against none of the
-    /// requirements the case lists.
+    /// What another finding of the case already explains: a check that
+    /// found nothing after the exchange had ended at a protocol error the
+    /// watch names, an answer missing because it came under another id, a
+    /// pattern's mismatch in a field the shape check found broken. The
+    /// case fails, but the certificate counts it against no requirement.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub consequence: bool,
     /// Which of the case's own checks found it (`reply`, `result`,

@@ -317,8 +317,8 @@ impl CaseResult {
         let mut worst: Option<Outcome> = None;
         for f in &self.findings {
             let counts = match &f.requirement {
+                _ if f.setup || f.consequence => false,
                 Some(r) => r == requirement,
-                None if f.setup || f.consequence => false,
                 None if !f.charged.is_empty() => f.charged.iter().any(|r| r == requirement),
                 None => listed,
             };

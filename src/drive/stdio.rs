@@ -82,6 +82,12 @@ pub trait Watch: Send {
     fn unanswered_rule(&self) -> Option<&'static str> {
         None
     }
+    /// Whether an answer came under an id conform never sent while a
+    /// request still unanswered was outstanding (a finding the watch
+    /// names): a missing answer is then that finding's consequence.
+    fn answered_under_another_id(&self) -> bool {
+        false
+    }
     /// What the watch kept only in part, for a failing case's message.
     fn kept_note(&self) -> Option<String>;
 }
@@ -756,6 +762,14 @@ impl<W: Watch> Session<W> {
         if let Some(at) = self.halted_at {
             for f in ev.findings.iter_mut().skip(at) {
                 if f.requirement.is_none() && !f.setup && f.kind == Kind::Missing {
+                    f.consequence = true;
+                }
+            }
+        }
+        if self.watch.answered_under_another_id() {
+            let unanswered = self.watch.unanswered_rule();
+            for f in &mut ev.findings {
+                if f.kind == Kind::Missing && f.requirement.as_deref() == unanswered {
                     f.consequence = true;
                 }
             }

@@ -140,6 +140,16 @@ struct Outstanding {
     params: Value,
 }
 
+/// A response that answered none of conform's requests while `waiting`
+/// (their keys) were outstanding; `violation` indexes its violation.
+#[derive(Debug, Clone)]
+struct Stray {
+    violation: usize,
+    waiting: Vec<String>,
+    /// The violation's message once the stray is settled.
+    settled: String,
+}
+
 /// One request the agent made, for the cases that check what it asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentRequest {
@@ -155,6 +165,10 @@ pub struct Monitor {
     client_capabilities: Value,
     agent_capabilities: Option<Value>,
     outstanding: HashMap<String, Outstanding>,
+    /// Responses that answered none of conform's requests while some were
+    /// outstanding: each one's violation reads it as one of those answered
+    /// under another id, until every one of them is answered with its own.
+    strays: Vec<Stray>,
     /// Ids conform sent again while a request with the id was outstanding
     /// (the fuzzer's repeated ids), and how many more answers they may get
     /// than `outstanding` holds. The agent may answer each request; which
@@ -376,7 +390,27 @@ impl Monitor {
             }
             self.outstanding.insert(key.to_owned(), out.clone());
         }
+        // A stray whose every candidate request got its own answer answered
+        // none of them: a notification answered, or a request twice.
+        let outstanding = &self.outstanding;
+        let (settled, waiting): (Vec<Stray>, Vec<Stray>) = std::mem::take(&mut self.strays)
+            .into_iter()
+            .partition(|s| s.waiting.iter().all(|k| !outstanding.contains_key(k)));
+        self.strays = waiting;
+        for s in settled {
+            let v = &mut self.violations[s.violation];
+            v.requirement = rules::NOTIFICATION_UNANSWERED.to_owned();
+            v.kind = Kind::Unexpected;
+            v.message = s.settled;
+        }
         Some(out)
+    }
+
+    /// Whether a response came under an id conform never sent while a
+    /// request that is still unanswered was outstanding: that request's
+    /// missing answer is the id's fault, which its violation names.
+    pub fn answered_under_another_id(&self) -> bool {
+        !self.strays.is_empty()
     }
 
     /// conform answered the agent's request `id` (with `result`, or an
@@ -963,13 +997,40 @@ impl Monitor {
                 );
                 return Incoming::Unusable;
             }
-            self.violate(
-                rules::NOTIFICATION_UNANSWERED, Kind::Unexpected,
-                format!(
-                    "a response with id {id} answers no request conform has outstanding (a notification answered, or a request answered twice): {}",
-                    crate::matcher::truncate(&Value::Object(o).to_string(), 160)
-                ),
+            let text = crate::matcher::truncate(&Value::Object(o).to_string(), 160);
+            // With requests of conform's outstanding, one of them may be
+            // what it answers, under another id ("the Server MUST reply with
+            // the same value"); settled when they are all answered.
+            let mut waiting: Vec<(String, String)> = self
+                .outstanding
+                .iter()
+                .map(|(k, p)| (k.clone(), format!("{} (id {})", p.method, p.id)))
+                .collect();
+            waiting.sort();
+            let settled = format!(
+                "a response with id {id} answers no request conform has outstanding (a notification answered, or a request answered twice): {text}"
             );
+            if waiting.is_empty() {
+                self.violate(rules::NOTIFICATION_UNANSWERED, Kind::Unexpected, settled);
+            } else {
+                let before = self.violations.len();
+                let asked: Vec<&str> = waiting.iter().map(|(_, w)| w.as_str()).collect();
+                self.violate(
+                    rules::ID_ECHO,
+                    Kind::Envelope,
+                    format!(
+                        "a response with id {id} answers none of conform's requests, while {} had no answer with its own id (nor did since): it reads as that answer, under another id: {text}",
+                        asked.join(" and ")
+                    ),
+                );
+                if self.violations.len() > before {
+                    self.strays.push(Stray {
+                        violation: before,
+                        waiting: waiting.into_iter().map(|(k, _)| k).collect(),
+                        settled,
+                    });
+                }
+            }
             return Incoming::Unusable;
         };
         self.answered(key, out, o)
@@ -1209,6 +1270,10 @@ impl Watch for Monitor {
     fn unanswered_rule(&self) -> Option<&'static str> {
         Some(rules::REPLY)
     }
+
+    fn answered_under_another_id(&self) -> bool {
+        Monitor::answered_under_another_id(self)
+    }
 }
 
 /// An integer id beyond 2^53 and a number equal to it as a double: what a
@@ -1337,6 +1402,28 @@ mod tests {
             requirements(&m),
             vec![rules::STDOUT_ONLY, rules::NOTIFICATION_UNANSWERED]
         );
+    }
+
+    #[test]
+    fn an_answer_under_an_id_never_sent_is_read_by_what_stays_unanswered() {
+        // The request never gets an answer with its own id: the stray was
+        // its answer, under another id.
+        let mut m = initialized(json!({}));
+        m.sent(&json!({"jsonrpc":"2.0","id":-7,"method":"x/y","params":{}}));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}),
+        ));
+        assert_eq!(requirements(&m), vec![rules::ID_ECHO]);
+        assert!(m.answered_under_another_id());
+        // It does get one: the stray answered nothing of conform's.
+        let mut m = initialized(json!({}));
+        m.sent(&json!({"jsonrpc":"2.0","id":-7,"method":"x/y","params":{}}));
+        m.received(&line(json!({"jsonrpc":"2.0","id":7,"result":{}})));
+        m.received(&line(
+            json!({"jsonrpc":"2.0","id":-7,"error":{"code":-32601,"message":"no"}}),
+        ));
+        assert_eq!(requirements(&m), vec![rules::NOTIFICATION_UNANSWERED]);
+        assert!(!m.answered_under_another_id());
     }
 
     #[test]
