@@ -155,6 +155,15 @@ pub struct Mismatch {
     pub actual: Option<String>,
 }
 
+/// Whether `path` (`result.content[0].type`) is field `at` or a part of
+/// it; the empty `at` is no field.
+pub fn path_within(path: &str, at: &str) -> bool {
+    !at.is_empty()
+        && path
+            .strip_prefix(at)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.path, self.why)
@@ -613,5 +622,14 @@ mod tests {
         assert_eq!(shell_quote("/usr/bin/python3"), "/usr/bin/python3");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn a_path_is_within_its_own_field_only() {
+        assert!(path_within("result.content", "result.content"));
+        assert!(path_within("result.content[0].type", "result.content"));
+        assert!(path_within("result.exitCode", "result"));
+        assert!(!path_within("result.contentType", "result.content"));
+        assert!(!path_within("result.exitCode", ""));
     }
 }

@@ -765,3 +765,35 @@ fn what_a_refused_message_leaves_unanswered_is_charged_to_the_refusal() {
         assert_ne!(verdict(id), "fail", "{id}");
     }
 }
+
+/// Issue 26 item 12: an activation the host answers with a status that is
+/// not its type's (`activate_status_case` writes "OK" and "Failed") is the
+/// set-up of every extension case. It fails the activation rules and the
+/// result type's; the cases that only stand on the activation fail on
+/// their set-up, which counts against none of the rules they list, and a
+/// case's pattern on the status adds nothing to the type's finding.
+/// (`cwx/activate/reactivate` is about activating, and lists the
+/// registration-owner rule too, which its failure therefore also fails.)
+#[test]
+fn a_broken_activation_fails_the_activation_rules_not_what_stands_on_it() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the independent host needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = host_target("plugin", Some("activate_status_case"));
+    args.push("--certify".into());
+    args.push(dir.path().display().to_string());
+    run(&args);
+    assert_eq!(
+        support::failed_requirements(dir.path()),
+        [
+            "cwx.activate.ok",
+            "cwx.register.owner",
+            "cwx.result.shapes",
+            "cwx.strict.host-messages",
+        ]
+        .map(String::from)
+        .into()
+    );
+}

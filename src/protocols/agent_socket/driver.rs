@@ -495,14 +495,6 @@ impl Session {
     }
 }
 
-/// Whether `path` is field `at` or a part of it.
-fn within(path: &str, at: &str) -> bool {
-    !at.is_empty()
-        && path
-            .strip_prefix(at)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-}
-
 /// Nothing at all came before the deadline.
 fn silent(outcome: &ReadOutcome) -> bool {
     matches!(outcome, ReadOutcome::TimedOut { partial } if partial.is_empty())
@@ -1401,7 +1393,7 @@ impl CaseRun<'_> {
                 matcher::match_value(&p, Some(actual), path, &mut self.vars, &mut mismatches);
                 found.extend(mismatches.into_iter().map(|m| {
                     // A field the shape check found broken: its finding says so.
-                    let consequence = broken.iter().any(|at| within(&m.path, at));
+                    let consequence = broken.iter().any(|at| matcher::path_within(&m.path, at));
                     let mut f = Finding::of_pattern(m, path, path);
                     f.consequence = consequence;
                     f

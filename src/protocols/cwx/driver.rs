@@ -49,6 +49,10 @@ pub mod rules {
     pub const INFLIGHT: &str = "cwx.inflight";
     pub const OWNER: &str = "cwx.register.owner";
     pub const TICKET: &str = "cwx.core-call.ticket";
+    /// The rules of the set-up's steps: a case that lists one is about
+    /// that step, and its failure is the case's own.
+    pub const READY: &str = "cwx.handshake.ready";
+    pub const ACTIVATE_OK: &str = "cwx.activate.ok";
     /// The fields with a rule of their own: a message the core refuses for
     /// one of them breaks that rule rather than the strictness rule.
     pub const FIELDS: &[(&str, &str)] = &[
@@ -781,7 +785,7 @@ impl Context {
                 .vars
                 .set("entry", json!({"path": x.path, "sha256": x.sha256}));
         }
-        run.setup(&case.config).await;
+        run.setup(&case.config, &case.requirements).await;
         let setup_failed = !run.s.ev.findings.is_empty() || run.s.stalled || run.s.watch.broken();
         if case.config.setup == Setup::Extension {
             for kind in case.needs.iter().filter_map(|n| n.handle_kind()) {
@@ -853,7 +857,12 @@ impl CaseRun<'_> {
         }
     }
 
-    async fn setup(&mut self, config: &Config) {
+    /// The case's set-up: hello, the handshake, the extension's activation,
+    /// as `config` asks. A step that fails is the case's own failure only
+    /// where the case is about it (`listed` holds that step's rule), else a
+    /// set-up failure, which counts against none of the case's requirements.
+    async fn setup(&mut self, config: &Config, listed: &[String]) {
+        let about = |rule: &str| listed.iter().any(|r| r == rule);
         if config.setup == Setup::None {
             return;
         }
@@ -894,9 +903,12 @@ impl CaseRun<'_> {
         }
         if !self.saw("host/ready", REQUEST_DEADLINE).await {
             if !self.s.watch.broken() {
-                self.s
-                    .ev
-                    .fail(Kind::Missing, "setup: no host/ready after host/initialize");
+                let why = "setup: no host/ready after host/initialize";
+                if about(rules::READY) {
+                    self.s.ev.fail(Kind::Missing, why);
+                } else {
+                    self.s.ev.setup_failed(Kind::Missing, why);
+                }
             }
             self.s.stalled = true;
             return;
@@ -927,13 +939,15 @@ impl CaseRun<'_> {
                 self.s.vars.set("activated", r);
             }
             Some(other) => {
-                self.s.ev.fail(
-                    Kind::WrongKind,
-                    format!(
-                        "setup: the extension did not activate: {}",
-                        crate::jsonrpc::describe_answer(&other)
-                    ),
+                let why = format!(
+                    "setup: the extension did not activate: {}",
+                    crate::jsonrpc::describe_answer(&other)
                 );
+                if about(rules::ACTIVATE_OK) {
+                    self.s.ev.fail(Kind::WrongKind, why);
+                } else {
+                    self.s.ev.setup_failed(Kind::WrongKind, why);
+                }
             }
             None => {}
         }
@@ -1366,6 +1380,27 @@ impl CaseRun<'_> {
         let Some(mut found) = self.s.judge(&answer, rule, &expect.result, &expect.error) else {
             return;
         };
+        // A field of a result that is not its wire type there: the watch
+        // names that breach, and the pattern's mismatch in the same field
+        // (or anywhere, when the type failed as a whole) is its consequence.
+        if let Ok(r) = &answer
+            && let Some((at, _)) = validate::result_violation_at(method, r)
+        {
+            let at = if at == "." {
+                "result".to_owned()
+            } else {
+                format!("result.{at}")
+            };
+            for f in &mut found {
+                let path = f.message.split_once(": ").map_or("", |(p, _)| p);
+                if f.kind == Kind::Mismatch
+                    && f.requirement.is_none()
+                    && matcher::path_within(path, &at)
+                {
+                    f.consequence = true;
+                }
+            }
+        }
         if let (Some(requirement), Ok(r)) = (&expect.refused, &answer) {
             found.push(
                 Finding::new(

@@ -899,10 +899,23 @@ pub fn channel_code(code: i64) -> bool {
 
 /// How the result of `method` fails to read as its type, if it does.
 pub fn result_violation(method: &str, result: &Value) -> Option<String> {
-    fn read<T: DeserializeOwned>(name: &str, v: &Value) -> Option<String> {
-        serde_json::from_value::<T>(v.clone())
+    result_violation_at(method, result).map(|(_, why)| why)
+}
+
+/// [`result_violation`], with the path under the result that the wire
+/// type's reader stopped at (`content`, `content[0].type`; `.` for the
+/// result as a whole, as where an enum's tag is unknown).
+pub fn result_violation_at(method: &str, result: &Value) -> Option<(String, String)> {
+    fn read<T: DeserializeOwned>(name: &str, v: &Value) -> Option<(String, String)> {
+        serde_path_to_error::deserialize::<_, T>(v.clone())
             .err()
-            .map(|e| format!("the result is not a {name}: {e}"))
+            .map(|e| {
+                let at = e.path().to_string();
+                (
+                    at,
+                    format!("the result is not a {name}: {}", e.into_inner()),
+                )
+            })
     }
     match method {
         "ext/activate" => read::<ActivateResult>("ActivateResult", result),
