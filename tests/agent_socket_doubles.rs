@@ -406,6 +406,32 @@ fn a_server_that_never_answers_fails_the_handshake_once_and_ends_the_rest() {
     }
 }
 
+/// The same for a server that closes every connection without a byte of
+/// reply: nothing came, whether the connection stays open or is closed.
+#[test]
+fn a_server_that_closes_every_connection_unanswered_fails_the_handshake_once() {
+    if !support::python_available() {
+        eprintln!("skipped: python3 is not on PATH; the fixture server needs it");
+        return;
+    }
+    let (code, report, stderr) = support::run_json(
+        &support::fixture_target("--deviation close-unanswered"),
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}\n{}", support::outcome_text(&report));
+    assert_eq!(
+        support::outcome_ids(&report, "fail"),
+        ids(&["handshake/version"])
+    );
+    let total = report["summary"]["total"].as_u64().unwrap() as usize;
+    assert_eq!(
+        support::outcome_ids(&report, "skip").len(),
+        total - 2,
+        "{}",
+        support::outcome_text(&report)
+    );
+}
+
 /// A server that accepts at once but answers nothing for 2.5 s, past the
 /// start-up bound of 2 s, is slow, not silent: the grace hears it, the run
 /// says so, and every case runs.

@@ -58,7 +58,8 @@ pub struct Declared {
     /// case ([`SANDBOX_CASE`]) reports it and the others are skipped.
     pub sandbox_broken: Option<String>,
     /// The set-up got nothing at all: no byte on the handshake's connection
-    /// nor on the liveness probe's, within the set-up bound. Every case
+    /// nor on the liveness probe's, within the set-up bound, or a connection
+    /// closed without one. Every case
     /// that needs the server to answer stands on that, so one case
     /// ([`SETUP_CASE`]) reports it and the others end at once.
     pub silent: Option<String>,
@@ -174,9 +175,15 @@ impl Session {
             },
             other => Err(describe_failed_read(other, bound)),
         };
-        if let ReadOutcome::TimedOut { partial } = &outcome
-            && partial.is_empty()
+        if let ReadOutcome::Closed { .. } = &outcome
+            && silent(&outcome)
         {
+            d.silent = Some(format!(
+                "set-up: the server answered no agent/initialize: it closed the connection without a byte of reply (conform's start-up bound is {:.0}s){}",
+                self.startup.as_secs_f64(),
+                self.target_note()
+            ));
+        } else if silent(&outcome) {
             d.silent = Some(format!(
                 "set-up: the server answered no agent/initialize within {bound:.0}s (conform's start-up bound of {:.0}s, then as long again while a second connection asked again): nothing came on either connection{}",
                 self.startup.as_secs_f64(),
@@ -495,9 +502,10 @@ impl Session {
     }
 }
 
-/// Nothing at all came before the deadline.
+/// Nothing at all came: not a byte before the deadline, or before the
+/// server closed the connection.
 fn silent(outcome: &ReadOutcome) -> bool {
-    matches!(outcome, ReadOutcome::TimedOut { partial } if partial.is_empty())
+    matches!(outcome, ReadOutcome::TimedOut { partial } | ReadOutcome::Closed { partial } if partial.is_empty())
 }
 
 /// Whether a case needs the server to answer: any step but the socket's

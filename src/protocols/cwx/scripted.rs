@@ -399,7 +399,7 @@ fn parsed(payload: &str) -> Option<Value> {
 /// What the core did in `case`, as evidence for the grader.
 pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -> Evidence {
     let broken = every_message(events, case.config.tier, end);
-    let halted = !broken.is_empty() && handshake_refused(events);
+    let halted = !broken.is_empty() && (handshake_refused(events) || wrote_no_frame(events));
     let mut ev = crate::peer::evidence(
         broken,
         &case.steps,
@@ -408,8 +408,9 @@ pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -
         "core",
         describe(events, end),
     );
-    // The host refused the core's handshake for a rule a finding names:
-    // what the core then never did, and how it exited, follow from that.
+    // The host refused the core's handshake, or stopped reading at bytes
+    // that are no frame, for a rule a finding names: what the core then
+    // never did, and how it exited, follow from that.
     if halted {
         for f in &mut ev.findings {
             if f.requirement.is_none() && matches!(f.kind, Kind::Missing | Kind::Process) {
@@ -418,6 +419,12 @@ pub fn evidence(case: &Case<super::CoreCases>, events: &[Event], end: CoreEnd) -
         }
     }
     ev
+}
+
+/// Whether the core wrote bytes that are not a frame (its host reads no
+/// further).
+fn wrote_no_frame(events: &[Event]) -> bool {
+    events.iter().any(|e| matches!(e, Event::BadFrame { .. }))
 }
 
 /// Whether the core sent `host/initialize` and conform's host, refusing
@@ -1020,5 +1027,37 @@ mod tests {
                 .iter()
                 .any(|f| f.requirement.is_none() && !f.consequence)
         );
+    }
+
+    /// The same for a core whose first bytes are no frame: the frame rule
+    /// is broken, and the workload it never sent follows from it.
+    #[test]
+    fn what_a_core_leaves_undone_after_bytes_that_are_no_frame_is_their_consequence() {
+        let case = crate::case::embedded::<CoreCases>("cwx/core/workload/plugin");
+        let hello = Host::new(Tier::Plugin).hello();
+        let events = [
+            host_sent(0, hello),
+            Event::BadFrame {
+                t_ms: 5,
+                why: "bad frame magic".into(),
+            },
+        ];
+        let ev = evidence(&case, &events, EXITED);
+        let named: Vec<_> = ev
+            .findings
+            .iter()
+            .filter_map(|f| f.requirement.clone())
+            .collect();
+        assert_eq!(named, ["cwx.core.frames"], "{:?}", ev.findings);
+        let unnamed: Vec<_> = ev
+            .findings
+            .iter()
+            .filter(|f| f.requirement.is_none())
+            .collect();
+        assert!(
+            !unnamed.is_empty(),
+            "the workload's checks still fail the case"
+        );
+        assert!(unnamed.iter().all(|f| f.consequence), "{unnamed:?}");
     }
 }
