@@ -977,6 +977,27 @@ mod tests {
         host_left_open: false,
     };
 
+    /// The one rule `rule` is named; the case's own checks still fail it,
+    /// each as that breach's consequence.
+    fn only_consequences_beside(ev: &Evidence, rule: &str) {
+        let named: Vec<_> = ev
+            .findings
+            .iter()
+            .filter_map(|f| f.requirement.clone())
+            .collect();
+        assert_eq!(named, [rule], "{:?}", ev.findings);
+        let unnamed: Vec<_> = ev
+            .findings
+            .iter()
+            .filter(|f| f.requirement.is_none())
+            .collect();
+        assert!(
+            !unnamed.is_empty(),
+            "the workload's checks still fail the case"
+        );
+        assert!(unnamed.iter().all(|f| f.consequence), "{unnamed:?}");
+    }
+
     /// Issue 26, item 12: a core whose `host/initialize` the host refuses
     /// breaks the rule that refusal names; the workload it then never sends
     /// counts against none of the case's requirements.
@@ -992,23 +1013,7 @@ mod tests {
             core_sent(5, init),
             host_sent(6, refusal),
         ];
-        let ev = evidence(&case, &events, EXITED);
-        let named: Vec<_> = ev
-            .findings
-            .iter()
-            .filter_map(|f| f.requirement.clone())
-            .collect();
-        assert_eq!(named, ["cwx.core.protocol"], "{:?}", ev.findings);
-        let unnamed: Vec<_> = ev
-            .findings
-            .iter()
-            .filter(|f| f.requirement.is_none())
-            .collect();
-        assert!(
-            !unnamed.is_empty(),
-            "the workload's checks still fail the case"
-        );
-        assert!(unnamed.iter().all(|f| f.consequence), "{unnamed:?}");
+        only_consequences_beside(&evidence(&case, &events, EXITED), "cwx.core.protocol");
         // A core that shook hands and then never sent its workload: that is
         // its own failure.
         let ready = json!({"jsonrpc":"2.0","method":"host/ready","params":{}});
@@ -1042,22 +1047,6 @@ mod tests {
                 why: "bad frame magic".into(),
             },
         ];
-        let ev = evidence(&case, &events, EXITED);
-        let named: Vec<_> = ev
-            .findings
-            .iter()
-            .filter_map(|f| f.requirement.clone())
-            .collect();
-        assert_eq!(named, ["cwx.core.frames"], "{:?}", ev.findings);
-        let unnamed: Vec<_> = ev
-            .findings
-            .iter()
-            .filter(|f| f.requirement.is_none())
-            .collect();
-        assert!(
-            !unnamed.is_empty(),
-            "the workload's checks still fail the case"
-        );
-        assert!(unnamed.iter().all(|f| f.consequence), "{unnamed:?}");
+        only_consequences_beside(&evidence(&case, &events, EXITED), "cwx.core.frames");
     }
 }
