@@ -435,12 +435,26 @@ fn one_breach_of_the_agent_fails_its_own_rules_alone() {
         eprintln!("skipped: python3 is not on PATH; the independent agent needs it");
         return;
     }
+    // The session id the schema requires is missing: the schema's finding
+    // names it, and a case's pattern on the same field adds nothing.
     let (failed, errors) = certified_failures("missing_session_id");
     assert_eq!(
         failed,
-        ["acp.schema.agent-messages", "acp.session.unique-session-id"]
-            .map(String::from)
-            .into(),
+        ["acp.schema.agent-messages"].map(String::from).into()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    // A protocol version written as a string: the schema's finding, and the
+    // version cases' patterns on it are its consequence. (The fallback case's
+    // own check, which reads the version, still counts against its rule.)
+    let (failed, errors) = certified_failures("protocol_version_string");
+    assert_eq!(
+        failed,
+        [
+            "acp.init.version-fallback-latest",
+            "acp.schema.agent-messages"
+        ]
+        .map(String::from)
+        .into()
     );
     assert!(errors.is_empty(), "{errors:?}");
     let (failed, errors) = certified_failures("parse_error_nonnull_id");

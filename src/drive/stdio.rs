@@ -88,6 +88,12 @@ pub trait Watch: Send {
     fn answered_under_another_id(&self) -> bool {
         false
     }
+    /// Where answers broke their type, by the matcher's paths
+    /// (`result.protocolVersion`), in findings the watch names: a case's
+    /// pattern that mismatches there is their consequence.
+    fn broken_fields(&self) -> &[String] {
+        &[]
+    }
     /// What the watch kept only in part, for a failing case's message.
     fn kept_note(&self) -> Option<String>;
 }
@@ -570,6 +576,21 @@ impl<W: Watch> Session<W> {
     /// Records what a step found of the answer to `what`: the findings, each
     /// saying what it is about, or what came when nothing was wrong.
     pub fn conclude(&mut self, what: &str, answer: &Result<Value, Value>, found: Vec<Finding>) {
+        // A pattern's mismatch where the watch found the answer not its
+        // type adds nothing to that finding: its consequence.
+        let broken = self.watch.broken_fields();
+        let mut found = found;
+        for f in &mut found {
+            let path = f.message.split_once(": ").map_or("", |(p, _)| p);
+            if f.kind == Kind::Mismatch
+                && f.requirement.is_none()
+                && broken
+                    .iter()
+                    .any(|at| crate::matcher::path_within(path, at))
+            {
+                f.consequence = true;
+            }
+        }
         if found.is_empty() {
             self.ev.observe(format!(
                 "{what}: {}",

@@ -169,6 +169,9 @@ pub struct Monitor {
     /// outstanding: each one's violation reads it as one of those answered
     /// under another id, until every one of them is answered with its own.
     strays: Vec<Stray>,
+    /// Where results broke the schema (`result.protocolVersion`): a case's
+    /// pattern that then mismatches there adds nothing to that finding.
+    broken_fields: Vec<String>,
     /// Ids conform sent again while a request with the id was outstanding
     /// (the fuzzer's repeated ids), and how many more answers they may get
     /// than `outstanding` holds. The agent may answer each request; which
@@ -564,19 +567,24 @@ impl Monitor {
         }
     }
 
-    fn check_schema(&mut self, def: &str, what: &str, value: &Value) {
+    /// Checks `value` against `def`; whether it breaks it.
+    fn check_schema(&mut self, def: &str, what: &str, value: &Value) -> bool {
         match schema::schema().judge(def, value) {
-            schema::Judged::Valid => {}
-            schema::Judged::Broken(errors) => self.violate(
-                rules::SCHEMA,
-                Kind::Shape,
-                format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
-            ),
+            schema::Judged::Valid => false,
+            schema::Judged::Broken(errors) => {
+                self.violate(
+                    rules::SCHEMA,
+                    Kind::Shape,
+                    format!("{what} breaks the schema ({def}): {}", errors.join("; ")),
+                );
+                true
+            }
             // Where a page and the schema disagree, both readings pass.
             schema::Judged::PageReading(note) => {
                 if self.page_readings.len() < 16 {
                     self.page_readings.insert(format!("{what}: {note}"));
                 }
+                false
             }
         }
     }
@@ -1050,7 +1058,12 @@ impl Monitor {
                     .and_then(|m| m.result.clone())
                     && !(result.is_null() && schema::schema().requires_nothing(&def))
                 {
-                    self.check_schema(&def, &format!("the result of {}", out.method), &result);
+                    if self.check_schema(&def, &format!("the result of {}", out.method), &result)
+                        && self.broken_fields.len() < 64
+                    {
+                        let at = schema::schema().broken_at(&def, &result, "result");
+                        self.broken_fields.extend(at);
+                    }
                     self.note_root_fields(&out.method, &def, &result);
                 }
                 Ok(result)
@@ -1273,6 +1286,10 @@ impl Watch for Monitor {
 
     fn answered_under_another_id(&self) -> bool {
         Monitor::answered_under_another_id(self)
+    }
+
+    fn broken_fields(&self) -> &[String] {
+        &self.broken_fields
     }
 }
 

@@ -299,6 +299,40 @@ pub enum Judged {
 
 impl Schema {
     /// `value` against `def`, a page's reading accepted (see [`PAGE_READINGS`]).
+    /// Where `value` breaks definition `def`: each offending part's path
+    /// under `root`, as the matcher writes paths (`result.a[0].b` for the
+    /// pointer `/a/0/b`; `root` itself for the whole value).
+    pub fn broken_at(&self, def: &str, value: &Value, root: &str) -> Vec<String> {
+        let Ok(validator) = self.validator(def) else {
+            return vec![root.to_owned()];
+        };
+        validator
+            .iter_errors(value)
+            .take(8)
+            .map(|e| {
+                let mut at = root.to_owned();
+                // A missing property is the fault of that property.
+                let missing = match e.kind() {
+                    ValidationErrorKind::Required { property } => {
+                        property.as_str().map(|p| format!("/{p}"))
+                    }
+                    _ => None,
+                };
+                let pointer = path(&e) + missing.as_deref().unwrap_or("");
+                for part in pointer.split('/').skip(1) {
+                    let part = part.replace("~1", "/").replace("~0", "~");
+                    if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+                        at.push_str(&format!("[{part}]"));
+                    } else {
+                        at.push('.');
+                        at.push_str(&part);
+                    }
+                }
+                at
+            })
+            .collect()
+    }
+
     pub fn judge(&self, def: &str, value: &Value) -> Judged {
         let errors = self.violations(def, value);
         if errors.is_empty() {
@@ -505,5 +539,26 @@ mod tests {
         let update = json!({"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
             "content": {"type": "text", "text": "hi"}}});
         assert!(s.violations("SessionNotification", &update).is_empty());
+    }
+
+    #[test]
+    fn a_broken_result_names_the_fields_it_breaks() {
+        let s = schema();
+        assert_eq!(
+            s.broken_at(
+                "InitializeResponse",
+                &json!({"protocolVersion": "1"}),
+                "result"
+            ),
+            ["result.protocolVersion"]
+        );
+        assert_eq!(
+            s.broken_at("NewSessionResponse", &json!({}), "result"),
+            ["result.sessionId"]
+        );
+        assert!(
+            s.broken_at("NewSessionResponse", &json!({"sessionId": "s"}), "result")
+                .is_empty()
+        );
     }
 }

@@ -167,6 +167,9 @@ pub struct HostWatch {
     /// does not grow conform.
     kept: Keep,
     violations: Vec<Violation>,
+    /// Where results were not their wire type (`result.content`), the
+    /// whole result where its type failed as a whole.
+    broken_fields: Vec<String>,
     /// Ids of raw messages conform sent that no core would (not a u64
     /// written as one, another reading of the payload than the core's, or
     /// null for a payload whose id a reader may not find): the host may
@@ -507,8 +510,14 @@ impl stdio::Watch for HostWatch {
                 let outcome = outcome
                     .map_err(|e| json!({"code": e.code, "message": e.message, "data": e.data}));
                 if let Ok(r) = &outcome {
-                    if let Some(why) = validate::result_violation(&method, r) {
+                    if let Some((at, why)) = validate::result_violation_at(&method, r) {
                         self.violate(rules::RESULT_SHAPE, Kind::Shape, format!("{method}: {why}"));
+                        if self.broken_fields.len() < 64 {
+                            self.broken_fields.push(match at.as_str() {
+                                "." => "result".to_owned(),
+                                at => format!("result.{at}"),
+                            });
+                        }
                     } else if let Some(why) = validate::result_undocumented(&method, r) {
                         self.violate(rules::DOCUMENTED, Kind::Shape, format!("{method}: {why}"));
                     }
@@ -580,6 +589,10 @@ impl stdio::Watch for HostWatch {
             .iter()
             .map(|v| Finding::new(Some(&v.rule), v.kind, v.message.clone()))
             .collect()
+    }
+
+    fn broken_fields(&self) -> &[String] {
+        &self.broken_fields
     }
 
     fn kept_note(&self) -> Option<String> {
@@ -1380,27 +1393,6 @@ impl CaseRun<'_> {
         let Some(mut found) = self.s.judge(&answer, rule, &expect.result, &expect.error) else {
             return;
         };
-        // A field of a result that is not its wire type there: the watch
-        // names that breach, and the pattern's mismatch in the same field
-        // (or anywhere, when the type failed as a whole) is its consequence.
-        if let Ok(r) = &answer
-            && let Some((at, _)) = validate::result_violation_at(method, r)
-        {
-            let at = if at == "." {
-                "result".to_owned()
-            } else {
-                format!("result.{at}")
-            };
-            for f in &mut found {
-                let path = f.message.split_once(": ").map_or("", |(p, _)| p);
-                if f.kind == Kind::Mismatch
-                    && f.requirement.is_none()
-                    && matcher::path_within(path, &at)
-                {
-                    f.consequence = true;
-                }
-            }
-        }
         if let (Some(requirement), Ok(r)) = (&expect.refused, &answer) {
             found.push(
                 Finding::new(
